@@ -1,0 +1,122 @@
+"""Pack throughput vs the tokenizer's own speed, the fast path vs `tokenizers`, and memory flatness.
+
+One run prints:
+  * floor: the fastest backend's own batch encode over the same texts in memory, all cores, no I/O
+  * pack (auto backend) tokens/s and its ratio to the floor            (target ≥ 0.90)
+  * pack with --tokenizer-backend hf, and auto / hf                     (target ≥ 4×, identical shard bytes)
+  * peak RSS of the pack process tree at two corpus sizes               (target ≤ 1 GiB, within 10%)
+
+    python benchmarks/bench_pack.py [--size 100MB] [--big-size 400MB] [--workers 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from make_corpus import build  # noqa: E402
+from rss import run_measured  # noqa: E402
+
+from shardkit.tokenizers import load_tokenizer  # noqa: E402
+from shardkit.units import parse_bytes  # noqa: E402
+
+GPT2 = HERE.parents[1] / "shared" / "data" / "tokenizers" / "gpt2" / "tokenizer.json"
+DATA = HERE.parent / "bench-data"
+
+
+def corpus(size: str) -> Path:
+    path = DATA / f"corpus-{size}"
+    if not path.is_dir():
+        build(parse_bytes(size), path)
+    return path
+
+
+def load_texts(path: Path) -> list[str]:
+    texts = []
+    for p in sorted(path.glob("*.jsonl")):
+        with open(p, encoding="utf-8") as f:
+            texts += [json.loads(line)["text"] for line in f]
+    return texts
+
+
+def floor_tokens_per_s(texts: list[str], threads: int) -> tuple[float, int]:
+    enc = load_tokenizer(str(GPT2), backend="tiktoken").encoding  # the compiled tiktoken Encoding
+    enc.encode_ordinary_batch(texts[:50], num_threads=threads)  # warm-up
+    t0 = time.perf_counter()
+    ids = enc.encode_ordinary_batch(texts, num_threads=threads)
+    dt = time.perf_counter() - t0
+    return sum(map(len, ids)) / dt, sum(map(len, ids))
+
+
+def run_pack(src: Path, out: Path, workers: int, backend: str) -> tuple[dict, float, int]:
+    shutil.rmtree(out, ignore_errors=True)
+    exe = Path(sys.executable).with_name("shardkit")
+    cmd = [str(exe), "pack", str(src), "-o", str(out), "--tokenizer", str(GPT2), "--tokenizer-backend", backend,
+           "--workers", str(workers), "--quiet", "--json"]
+    done, wall, peak = run_measured(cmd)
+    if done.returncode:
+        raise SystemExit(f"pack failed: {done.stderr}")
+    return json.loads(done.stdout), wall, peak
+
+
+def shard_bytes(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.glob("*.bin"))} | {
+        p.name: p.read_bytes() for p in sorted(path.glob("*.idx"))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", default="100MB")
+    ap.add_argument("--big-size", default="400MB")
+    ap.add_argument("--workers", type=int, default=0, help="0 = one per core")
+    ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--skip-big", action="store_true")
+    args = ap.parse_args()
+    if not GPT2.exists():
+        raise SystemExit(f"needs the real GPT-2 tokenizer at {GPT2}")
+    cores = os.cpu_count() or 1
+    workers = args.workers or cores
+    src = corpus(args.size)
+    nbytes = sum(p.stat().st_size for p in src.glob("*.jsonl"))
+    print(f"machine: {cores} cores; corpus {src} ({nbytes / 1e6:.1f} MB); tokenizer {GPT2.name} (GPT-2)")
+
+    texts = load_texts(src)
+    floor, floor_tokens = floor_tokens_per_s(texts, cores)
+    del texts
+    print(f"floor   tiktoken encode_ordinary_batch, {cores} threads, in memory: {floor / 1e6:8.2f} M tok/s "
+          f"({floor_tokens:,} tokens)")
+
+    res, wall, peak_small = run_pack(src, DATA / "out-auto", workers, "auto")
+    auto_tps = res["tokens"] / wall
+    print(f"pack    auto ({res['tokenizer_backend']}), {workers} workers: {auto_tps / 1e6:8.2f} M tok/s "
+          f"(wall {wall:.1f}s incl. start-up; {res['tokens']:,} tokens; peak RSS {peak_small / 2**20:.0f} MiB)")
+    print(f"ratio   pack / floor = {auto_tps / floor:.3f}   (target ≥ 0.90)")
+    if res["tokens"] != floor_tokens + res["docs"]:
+        print(f"WARNING token count {res['tokens']:,} != floor {floor_tokens:,} + {res['docs']:,} EOS")
+
+    if not args.skip_hf:
+        hres, hwall, _ = run_pack(src, DATA / "out-hf", workers, "hf")
+        hf_tps = hres["tokens"] / hwall
+        same = shard_bytes(DATA / "out-auto") == shard_bytes(DATA / "out-hf")
+        print(f"pack    hf (tokenizers), {workers} workers:   {hf_tps / 1e6:8.2f} M tok/s (wall {hwall:.1f}s)")
+        print(f"ratio   auto / hf = {auto_tps / hf_tps:.2f}×   (target ≥ 4×); identical shard bytes: {same}")
+
+    if not args.skip_big:
+        big = corpus(args.big_size)
+        bres, bwall, peak_big = run_pack(big, DATA / "out-big", workers, "auto")
+        print(f"pack    auto on {args.big_size}: {bres['tokens'] / bwall / 1e6:8.2f} M tok/s; "
+              f"peak RSS {peak_big / 2**20:.0f} MiB vs {peak_small / 2**20:.0f} MiB at {args.size} "
+              f"({(peak_big / peak_small - 1) * 100:+.1f}%; target ≤ 1024 MiB and within 10%)")
+
+
+if __name__ == "__main__":
+    main()

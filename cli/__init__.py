@@ -1,0 +1,1 @@
+"""The `shardkit` command line: thin click commands over the library."""

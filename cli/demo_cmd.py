@@ -1,0 +1,65 @@
+"""`shardkit demo`: the embedded default job, end to end, on the standard library's own text."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+import numpy as np
+
+from shardkit import open_dataset
+from shardkit.demo import build_stdlib_corpus
+from shardkit.format import ShardChecksums
+from shardkit.format.checksums import file_block_digests
+from shardkit.pack import PackConfig, TokenizeOptions, pack
+from shardkit.units import human_bytes, human_count
+from shardkit.writer import ShardLimits
+
+from .pack_cmd import summary_text
+from .progress import StatusLine, pack_status
+
+
+@click.command("demo")
+@click.option("-o", "--output", default="demo-out", show_default=True, type=click.Path(file_okay=False),
+              help="Working directory (corpus/ and dataset/ are written inside).")
+@click.option("-w", "--workers", type=click.IntRange(min=0), default=0, help="Tokenizer processes (0 = one per core).")
+def demo_cmd(output, workers):
+    """Build a corpus from the Python standard library, pack it with the bytes tokenizer, open and check it."""
+    root = Path(output)
+    t0 = time.monotonic()
+    files = build_stdlib_corpus(root / "corpus")
+    click.echo(f"corpus: {', '.join(f'{f.name} ({human_bytes(f.stat().st_size)})' for f in files)} "
+               f"in {time.monotonic() - t0:.1f}s")
+    config = PackConfig(inputs=tuple(str(f) for f in files), output=str(root / "dataset"),
+                        tokenize=TokenizeOptions(tokenizer="bytes"),
+                        limits=ShardLimits(max_bytes=8 << 20, checksum_block_size=1 << 20),
+                        workers=workers, overwrite=True)
+    status = StatusLine()
+    try:
+        result = pack(config, progress=lambda p: status.update(pack_status(p)))
+    finally:
+        status.close()
+    click.echo(summary_text(result))
+    ds = open_dataset(result.path)
+    _check(ds)
+    click.echo(f"opened {ds!r}")
+    first = ds.doc(0)
+    text = bytes(np.asarray(first[:-1], dtype=np.uint8)).decode("utf-8", "replace")
+    click.echo(f"document 0: {first.size} tokens, starts {text[:60]!r}")
+    click.echo(f"demo done in {time.monotonic() - t0:.1f}s: {human_count(ds.num_tokens)} tokens in "
+               f"{ds.num_shards} shards at {result.path}")
+
+
+def _check(ds) -> None:
+    """Every document ends in EOS and every block checksum matches (the full verify is `shardkit verify`)."""
+    eos = ds.tokenizer["eos_id"]
+    for shard in ds:
+        ends = shard.doc_offsets[1:] - 1
+        if shard.num_docs and not np.all(shard.tokens[ends] == eos):
+            raise click.ClickException(f"{shard.name}: a document does not end in EOS")
+        sums = ShardChecksums.read(shard.sum_path)
+        for fname, expected in sums.files.items():
+            if file_block_digests(ds.path / fname, sums.block_size) != expected:
+                raise click.ClickException(f"{fname}: checksum mismatch")
+    click.echo(f"checked: {ds.num_docs:,} documents end in EOS; all block checksums of {ds.num_shards} shards match")

@@ -1,0 +1,53 @@
+"""The `shardkit` group: global flags and the one place library errors become exit codes.
+
+Exit codes: 0 ok, 1 a problem (a ShardkitError, or problems found), 2 usage error (click's own).
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+import click
+
+from shardkit import ShardkitError, __version__
+
+from .adopt_cmd import adopt_cmd
+from .demo_cmd import demo_cmd
+from .pack_cmd import pack_cmd
+
+
+class ShardkitGroup(click.Group):
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except ShardkitError as e:
+            if ctx.obj and ctx.obj.get("debug"):
+                traceback.print_exc()
+            raise click.ClickException(str(e)) from None
+        except KeyboardInterrupt:
+            click.echo("\ninterrupted; an unfinished pack resumes when the same command is run again", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=ShardkitGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="shardkit")
+@click.option("--debug", is_flag=True, help="Show full tracebacks for errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Pack text corpora into indexed token shards and stream deterministic, resumable batches."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+cli.add_command(pack_cmd)
+cli.add_command(adopt_cmd)
+cli.add_command(demo_cmd)
+
+
+def main() -> None:
+    cli(prog_name="shardkit")
+
+
+if __name__ == "__main__":
+    main()

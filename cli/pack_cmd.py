@@ -1,0 +1,108 @@
+"""`shardkit pack`: tokenize inputs into a dataset directory."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from shardkit.errors import ConfigError
+from shardkit.pack import OnError, PackConfig, PackResult, ResumeMode, TokenizeOptions, pack
+from shardkit.readers import ReaderConfig
+from shardkit.units import human_bytes, human_count, parse_shard_size
+from shardkit.writer import ShardLimits
+
+from .options import ByteSize, json_option
+from .progress import StatusLine, format_duration, pack_status
+
+
+def _shard_size(ctx, param, value):
+    try:
+        return parse_shard_size(value)
+    except ConfigError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+@click.command("pack")
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("-o", "--output", required=True, type=click.Path(file_okay=False), help="Dataset directory to write.")
+@click.option("-t", "--tokenizer", default="bytes", show_default=True,
+              help="Tokenizer spec: 'bytes', a tokenizer.json path, 'tiktoken:FILE', or a SentencePiece .model.")
+@click.option("--tokenizer-backend", type=click.Choice(["auto", "hf", "tiktoken"]), default="auto",
+              show_default=True, help="auto: tiktoken fast path when exactly equivalent, else tokenizers.")
+@click.option("-w", "--workers", type=click.IntRange(min=0), default=0, help="Tokenizer processes (0 = one per core).")
+@click.option("--shard-size", default="1GiB", show_default=True, callback=_shard_size,
+              help="Roll over to a new shard at this size: bytes ('1GiB', '256MB') or tokens ('500M tokens').")
+@click.option("--checksum-block-size", type=ByteSize(), default="16MiB", show_default=True,
+              help="Block size of the per-shard checksums.")
+@click.option("--text-field", default="text", show_default=True, help="JSON/Parquet field with the text (dotted for nested).")
+@click.option("--id-field", default=None, help="Field kept per document in an NAME.ids.jsonl sidecar.")
+@click.option("--encoding-errors", type=click.Choice(["strict", "replace"]), default="strict", show_default=True,
+              help="strict: invalid UTF-8 makes a record bad; replace: decode with U+FFFD.")
+@click.option("--eos/--no-eos", default=True, show_default=True, help="Append the tokenizer's EOS to every document.")
+@click.option("--bos/--no-bos", default=False, show_default=True, help="Prepend the tokenizer's BOS to every document.")
+@click.option("--on-error", type=click.Choice(["skip", "fail"]), default="skip", show_default=True,
+              help="skip: count and report bad records; fail: stop at the first one (exit 1).")
+@click.option("--resume/--no-resume", default=None,
+              help="Default: finish an unfinished pack of the same job if one is there. --resume insists on one.")
+@click.option("--overwrite", is_flag=True, help="Replace a finished dataset or unfinished pack in OUTPUT.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress line.")
+@json_option
+def pack_cmd(inputs, output, tokenizer, tokenizer_backend, workers, shard_size, checksum_block_size, text_field,
+             id_field, encoding_errors, eos, bos, on_error, resume, overwrite, quiet, as_json):
+    """Tokenize INPUTS (files, directories, globs or URLs of JSONL/Parquet/text) into a dataset at OUTPUT."""
+    config = PackConfig(
+        inputs=tuple(inputs),
+        output=output,
+        tokenize=TokenizeOptions(tokenizer=tokenizer, backend=tokenizer_backend, append_eos=eos, prepend_bos=bos),
+        reader=ReaderConfig(text_field=text_field, id_field=id_field, encoding_errors=encoding_errors),
+        limits=ShardLimits(max_bytes=shard_size.max_bytes, max_tokens=shard_size.max_tokens,
+                           checksum_block_size=checksum_block_size),
+        on_error=OnError(on_error),
+        workers=workers,
+        overwrite=overwrite,
+        resume={None: ResumeMode.AUTO, True: ResumeMode.REQUIRE, False: ResumeMode.NEVER}[resume],
+    )
+    status = StatusLine(enabled=not quiet and not as_json)
+    try:
+        result = pack(config, progress=lambda p: status.update(pack_status(p)))
+    finally:
+        status.close()
+    if as_json:
+        click.echo(json.dumps(result_json(result), indent=2))
+    else:
+        click.echo(summary_text(result))
+
+
+def result_json(r: PackResult) -> dict:
+    m = r.manifest
+    return {
+        "path": str(r.path), "fingerprint": r.fingerprint, "shards": len(m.shards), "docs": m.num_docs,
+        "tokens": m.num_tokens, "dtype": m.dtype, "seconds": round(r.elapsed, 3), "workers": r.workers,
+        "tokenizer_backend": r.tokenizer_backend, "tokenizer_note": r.tokenizer_note,
+        "resumed_shards": r.resumed_shards, "input_files": r.input_files, "input_bytes": r.input_bytes,
+        "skipped": r.stats["skipped"],
+    }
+
+
+def summary_text(r: PackResult) -> str:
+    m = r.manifest
+    el = max(r.elapsed, 1e-9)
+    lines = [
+        f"packed {r.input_files} file(s), {human_bytes(r.input_bytes)} → {r.path}",
+        f"  {human_count(m.num_docs)} docs, {human_count(m.num_tokens)} tokens ({m.dtype}) in {len(m.shards)} "
+        f"shard(s), {human_bytes(sum(s.bin_bytes for s in m.shards))}",
+        f"  {format_duration(r.elapsed)}: {human_count(m.num_tokens / el)} tok/s, "
+        f"{r.input_bytes / el / 1e6:.1f} MB/s, {r.workers} worker(s), tokenizer backend {r.tokenizer_backend}",
+        f"  fingerprint {r.fingerprint[:16]}",
+    ]
+    if r.tokenizer_note:
+        lines.append(f"  note: {r.tokenizer_note}")
+    if r.resumed_shards:
+        lines.append(f"  resumed: {r.resumed_shards} shard(s) kept from the interrupted run")
+    sk = r.stats["skipped"]
+    if sk["count"]:
+        reasons = ", ".join(f"{k}: {v}" for k, v in sk["by_reason"].items())
+        lines.append(f"  skipped {sk['count']} record(s) ({reasons}); first:")
+        lines += [f"    {e['location']}: {e['reason']}" for e in sk["examples"][:5]]
+    return "\n".join(lines)

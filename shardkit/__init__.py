@@ -1,0 +1,32 @@
+"""shardkit: pack text corpora into large indexed token shards; stream deterministic, resumable batches."""
+
+__version__ = "0.1.0"
+
+from .errors import (  # noqa: E402
+    ConfigError,
+    IntegrityError,
+    ManifestError,
+    MissingDependencyError,
+    PackError,
+    ReaderError,
+    ResumeError,
+    ShardkitError,
+    TokenizerError,
+)
+from .format import Dataset, Manifest, open_dataset  # noqa: E402
+
+__all__ = [
+    "__version__",
+    "ConfigError",
+    "Dataset",
+    "IntegrityError",
+    "Manifest",
+    "ManifestError",
+    "MissingDependencyError",
+    "PackError",
+    "ReaderError",
+    "ResumeError",
+    "ShardkitError",
+    "TokenizerError",
+    "open_dataset",
+]

@@ -1,0 +1,105 @@
+"""One error hierarchy, so callers (and the CLI) can tell user problems from bugs.
+
+Every message says what was found, what was expected and what to do; errors about a place in the data
+carry that place (file and line, shard and byte range) as attributes as well as in the text.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ShardkitError",
+    "ConfigError",
+    "MissingDependencyError",
+    "InputError",
+    "ReaderError",
+    "TokenizerError",
+    "ManifestError",
+    "IntegrityError",
+    "PackError",
+    "ResumeError",
+]
+
+
+class ShardkitError(Exception):
+    """Base class of every error shardkit raises on purpose (the CLI prints these in one line, exit 1)."""
+
+
+class ConfigError(ShardkitError, ValueError):
+    """An option or argument has a value that cannot work."""
+
+
+class MissingDependencyError(ShardkitError, ImportError):
+    """An optional package is needed; the message carries the exact install line."""
+
+    def __init__(self, package: str, extra: str | None = None, purpose: str = "") -> None:
+        self.package = package
+        line = f"pip install 'shardkit[{extra}]'" if extra else f"pip install {package}"
+        what = f" for {purpose}" if purpose else ""
+        super().__init__(f"the optional package {package!r} is needed{what}; install it with: {line}")
+
+
+class InputError(ShardkitError):
+    """An input path or pattern cannot be listed or opened."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path}: {problem}")
+
+
+class ReaderError(ShardkitError):
+    """A record or a whole input file cannot be read (corrupt, truncated, wrong format)."""
+
+    def __init__(self, path: str, problem: str, line: int | None = None) -> None:
+        self.path = path
+        self.line = line
+        self.problem = problem
+        where = f"{path}:{line}" if line is not None else path
+        super().__init__(f"{where}: {problem}")
+
+
+class TokenizerError(ShardkitError):
+    """A tokenizer cannot be loaded or does not fit the dataset (e.g. vocabulary too large)."""
+
+
+class ManifestError(ShardkitError):
+    """A dataset directory or its manifest/index files are malformed, incomplete or unsafe."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path}: {problem}")
+
+
+class IntegrityError(ShardkitError):
+    """Stored bytes do not match their recorded checksum or structure."""
+
+    def __init__(
+        self,
+        shard: str,
+        problem: str,
+        *,
+        byte_range: tuple[int, int] | None = None,
+        expected: str | None = None,
+        actual: str | None = None,
+    ) -> None:
+        self.shard = shard
+        self.problem = problem
+        self.byte_range = byte_range
+        self.expected = expected
+        self.actual = actual
+        where = f" bytes [{byte_range[0]}, {byte_range[1]})" if byte_range else ""
+        super().__init__(f"{shard}{where}: {problem}")
+
+
+class PackError(ShardkitError):
+    """Packing stopped: a record failed under --on-error fail, or the output directory is in the way."""
+
+
+class ResumeError(ShardkitError):
+    """A saved state (pack journal or loader state dict) does not fit the current run; names the field."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"cannot resume: {field}: {problem}")

@@ -1,0 +1,201 @@
+"""Read side of the format: `open_dataset(path)` → zero-copy views of documents and the flat token stream.
+
+Opening is cheap and strict: the manifest is validated, and every shard file must exist inside the
+dataset directory with exactly the size the manifest records, before anything is mapped. Each shard's
+index is parsed and checked on first use (O(documents in that shard)), then mapped read-only once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ManifestError
+from .idx import IndexFile, check_index_arrays, read_index
+from .manifest import Manifest, ShardEntry
+
+__all__ = ["Dataset", "Shard", "open_dataset"]
+
+
+class Shard:
+    """One `.bin`/`.idx` pair; arrays are mapped on first use."""
+
+    def __init__(self, directory: Path, entry: ShardEntry, dtype: np.dtype) -> None:
+        self.directory = directory
+        self.entry = entry
+        self.dtype = dtype
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    @property
+    def num_docs(self) -> int:
+        return self.entry.num_docs
+
+    @property
+    def num_tokens(self) -> int:
+        return self.entry.num_tokens
+
+    @property
+    def bin_path(self) -> Path:
+        return self.directory / self.entry.bin_name
+
+    @property
+    def idx_path(self) -> Path:
+        return self.directory / self.entry.idx_name
+
+    @property
+    def sum_path(self) -> Path:
+        return self.directory / self.entry.sum_name
+
+    @cached_property
+    def index(self) -> IndexFile:
+        where = str(self.idx_path)
+        idx = read_index(self.idx_path, check=False)
+        if idx.header.dtype != self.dtype:
+            raise ManifestError(where, f"index dtype {idx.header.dtype.name} differs from the manifest's "
+                                       f"{self.dtype.name}")
+        if idx.header.num_sequences != self.entry.num_docs:
+            raise ManifestError(where, f"index has {idx.header.num_sequences:,} sequences, manifest says "
+                                       f"{self.entry.num_docs:,}")
+        check_index_arrays(idx, where, bin_size=self.entry.bin_bytes)
+        return idx
+
+    @cached_property
+    def tokens(self) -> np.ndarray:
+        """The whole shard as one read-only token array (memory-mapped, not read)."""
+        if self.entry.bin_bytes == 0:
+            return np.zeros(0, dtype=self.dtype)
+        return np.memmap(self.bin_path, dtype=self.dtype, mode="r", shape=(self.entry.num_tokens,))
+
+    @cached_property
+    def doc_offsets(self) -> np.ndarray:
+        """Token offset of each document start within the shard, plus the end (int64[num_docs + 1])."""
+        out = np.zeros(self.entry.num_docs + 1, dtype=np.int64)
+        np.cumsum(self.index.lengths, dtype=np.int64, out=out[1:])
+        return out
+
+    def doc(self, i: int) -> np.ndarray:
+        if not 0 <= i < self.entry.num_docs:
+            raise IndexError(f"document {i} out of range for shard {self.name} ({self.entry.num_docs} docs)")
+        start = int(self.index.pointers[i]) // self.dtype.itemsize
+        return self.tokens[start:start + int(self.index.lengths[i])]
+
+
+class Dataset:
+    """A packed dataset: documents back to back in shards, addressable by document or by token offset."""
+
+    def __init__(self, path: Path, manifest: Manifest) -> None:
+        self.path = path
+        self.manifest = manifest
+        self.dtype = manifest.token_dtype
+        self.shards = [Shard(path, e, self.dtype) for e in manifest.shards]
+        self.token_offsets = _cumulative([e.num_tokens for e in manifest.shards])
+        self.doc_offsets = _cumulative([e.num_docs for e in manifest.shards])
+
+    @property
+    def fingerprint(self) -> str:
+        return self.manifest.fingerprint
+
+    @property
+    def num_docs(self) -> int:
+        return int(self.doc_offsets[-1])
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.token_offsets[-1])
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.shards)
+
+    @property
+    def tokenizer(self) -> dict | None:
+        return self.manifest.tokenizer
+
+    def __len__(self) -> int:
+        return self.num_docs
+
+    def __iter__(self) -> Iterator[Shard]:
+        return iter(self.shards)
+
+    def __repr__(self) -> str:
+        return (f"Dataset({str(self.path)!r}, shards={self.num_shards}, docs={self.num_docs:,}, "
+                f"tokens={self.num_tokens:,}, dtype={self.dtype.name})")
+
+    def locate_doc(self, i: int) -> tuple[Shard, int]:
+        if not 0 <= i < self.num_docs:
+            raise IndexError(f"document {i} out of range ({self.num_docs} documents)")
+        s = int(np.searchsorted(self.doc_offsets, i, side="right")) - 1
+        return self.shards[s], i - int(self.doc_offsets[s])
+
+    def doc(self, i: int) -> np.ndarray:
+        """Document `i` as a zero-copy read-only view into its shard."""
+        shard, j = self.locate_doc(i)
+        return shard.doc(j)
+
+    def read_tokens(self, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Tokens [start, stop) of the flat stream (all shards back to back), copied into `out`."""
+        if not 0 <= start <= stop <= self.num_tokens:
+            raise IndexError(f"token range [{start}, {stop}) outside [0, {self.num_tokens})")
+        n = stop - start
+        if out is None:
+            out = np.empty(n, dtype=self.dtype)
+        elif out.shape[0] < n:
+            raise ValueError("output buffer too small")
+        s = int(np.searchsorted(self.token_offsets, start, side="right")) - 1
+        pos = 0
+        while pos < n:
+            shard_start = int(self.token_offsets[s])
+            lo = start + pos - shard_start
+            take = min(self.shards[s].num_tokens - lo, n - pos)
+            if take > 0:
+                out[pos:pos + take] = self.shards[s].tokens[lo:lo + take]
+                pos += take
+            s += 1
+        return out
+
+
+def _cumulative(counts: list[int]) -> np.ndarray:
+    out = np.zeros(len(counts) + 1, dtype=np.int64)
+    if counts:
+        np.cumsum(np.asarray(counts, dtype=np.int64), out=out[1:])
+    return out
+
+
+def _check_files(path: Path, manifest: Manifest) -> None:
+    """Every shard file present, a regular file inside the dataset, with the size the manifest records."""
+    sizes: dict[str, int] = {}
+    real_root = os.path.realpath(path)
+    with os.scandir(path) as it:
+        for de in it:
+            if de.is_symlink():
+                target = os.path.realpath(de.path)
+                if os.path.commonpath([real_root, target]) != real_root:
+                    continue  # a link out of the dataset is treated as absent
+            if de.is_file():
+                sizes[de.name] = de.stat().st_size
+    for e in manifest.shards:
+        for fname, expected in ((e.bin_name, e.bin_bytes), (e.idx_name, e.idx_bytes), (e.sum_name, None)):
+            size = sizes.get(fname)
+            if size is None:
+                raise ManifestError(str(path / fname), f"shard file missing (shard {e.name}); restore it or "
+                                                       "re-pack the dataset")
+            if expected is not None and size != expected:
+                raise ManifestError(str(path / fname), f"size {size:,} bytes, manifest records {expected:,} "
+                                                       "(truncated, appended to, or replaced)")
+
+
+def open_dataset(path: str | os.PathLike[str]) -> Dataset:
+    """Open a packed dataset directory; raises ManifestError naming the problem if it is not complete."""
+    p = Path(path)
+    if not p.is_dir():
+        raise ManifestError(str(p), "not a directory (expected a dataset directory with manifest.json)")
+    manifest = Manifest.load(p)
+    _check_files(p, manifest)
+    return Dataset(p, manifest)

@@ -1,0 +1,114 @@
+"""Cut the ordered record stream into chunks for the tokenizer workers, remembering where each came from.
+
+A chunk carries, per document, its (file, record) position, so the writer can name the exact resume
+point at any shard boundary, and the skip events in their order relative to the documents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import ReaderError
+from ..readers import ReaderConfig, read_records
+from ..sources import InputFile
+
+__all__ = ["Skip", "Chunk", "iter_chunks", "CHUNK_CHARS", "CHUNK_DOCS"]
+
+CHUNK_CHARS = 1 << 21  # ~2 MB of text per task: large enough to amortise IPC, small enough to stay flat
+CHUNK_DOCS = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    before_doc: int  # number of this chunk's documents that precede the skipped record
+    file: int
+    location: str
+    reason: str
+
+
+@dataclass
+class Chunk:
+    texts: list[str] = field(default_factory=list)
+    ids: list[str | None] = field(default_factory=list)
+    doc_file: list[int] = field(default_factory=list)
+    doc_record: list[int] = field(default_factory=list)
+    doc_locations: list[str] = field(default_factory=list)
+    skips: list[Skip] = field(default_factory=list)
+    chars: int = 0
+    input_bytes_done: int = 0  # progress estimate at the end of this chunk
+
+    def doc_location(self, i: int) -> str:
+        return self.doc_locations[i]
+
+    def doc_chars(self) -> np.ndarray:
+        return np.fromiter((len(t) for t in self.texts), dtype=np.int64, count=len(self.texts))
+
+
+def iter_chunks(
+    files: Sequence[InputFile],
+    reader: ReaderConfig,
+    *,
+    start_file: int = 0,
+    start_record: int = 0,
+    on_file_error: Callable[[ReaderError], None] | None = None,
+) -> Iterator[Chunk]:
+    """Chunks from position (start_file, start_record) to the end of the inputs, in order.
+
+    A file that fails part-way (corrupt or truncated) becomes one skip event at the failing location;
+    `on_file_error` may raise instead (the `fail` policy).
+    """
+    done_bytes = sum(f.size for f in files[:start_file])
+    chunk = Chunk()
+    for fi in range(start_file, len(files)):
+        f = files[fi]
+        start = start_record if fi == start_file else 0
+        file_chars = 0
+        try:
+            for rec in read_records(f, reader, start=start):
+                if rec.error is not None or rec.text is None:
+                    chunk.skips.append(Skip(len(chunk.texts), fi, rec.location, rec.error or "no text"))
+                    continue
+                if not rec.text:
+                    chunk.skips.append(Skip(len(chunk.texts), fi, rec.location, "empty document"))
+                    continue
+                chunk.texts.append(rec.text)
+                chunk.ids.append(rec.doc_id)
+                chunk.doc_file.append(fi)
+                chunk.doc_record.append(rec.index)
+                chunk.doc_locations.append(rec.location)
+                chunk.chars += len(rec.text)
+                file_chars += len(rec.text)
+                if chunk.chars >= CHUNK_CHARS or len(chunk.texts) >= CHUNK_DOCS:
+                    chunk.input_bytes_done = done_bytes + min(file_chars, f.size)
+                    yield chunk
+                    chunk = Chunk()
+        except ReaderError as e:
+            if on_file_error is not None:
+                on_file_error(e)
+            where = f"{e.path}:{e.line}" if e.line is not None else e.path
+            chunk.skips.append(Skip(len(chunk.texts), fi, where, f"file error: {e.problem}"))
+        done_bytes += f.size
+    chunk.input_bytes_done = done_bytes
+    if chunk.texts or chunk.skips:
+        yield chunk
+
+
+def sample_texts(files: Sequence[InputFile], reader: ReaderConfig, *, max_docs: int = 256,
+                 max_chars: int = 1 << 21) -> list[str]:
+    """The first documents of the input, for the tokenizer self-check (unreadable files are passed over)."""
+    out: list[str] = []
+    chars = 0
+    for f in files:
+        try:
+            for rec in read_records(f, reader):
+                if rec.text:
+                    out.append(rec.text[:65536])
+                    chars += len(out[-1])
+                    if len(out) >= max_docs or chars >= max_chars:
+                        return out
+        except ReaderError:
+            continue
+    return out

@@ -1,0 +1,80 @@
+"""The pack configuration: one frozen, validated object per run."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from ..errors import ConfigError
+from ..readers import ReaderConfig
+from ..writer import ShardLimits
+
+__all__ = ["OnError", "ResumeMode", "TokenizeOptions", "PackConfig"]
+
+
+class OnError(Enum):
+    """What a bad record does: `skip` counts and reports it; `fail` stops the pack (exit 1)."""
+
+    SKIP = "skip"
+    FAIL = "fail"
+
+
+class ResumeMode(Enum):
+    """`auto` continues an unfinished pack of the same job; `require` insists on one; `never` refuses."""
+
+    AUTO = "auto"
+    REQUIRE = "require"
+    NEVER = "never"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenizeOptions:
+    tokenizer: str = "bytes"
+    backend: str = "auto"
+    append_eos: bool = True
+    prepend_bos: bool = False
+
+    def __post_init__(self) -> None:
+        if self.backend not in ("auto", "hf", "tiktoken"):
+            raise ConfigError(f"tokenizer backend must be auto, hf or tiktoken, got {self.backend!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackConfig:
+    inputs: tuple[str, ...]
+    output: str
+    tokenize: TokenizeOptions = field(default_factory=TokenizeOptions)
+    reader: ReaderConfig = field(default_factory=ReaderConfig)
+    limits: ShardLimits = field(default_factory=ShardLimits)
+    on_error: OnError = OnError.SKIP
+    workers: int = 0  # 0: one per core
+    overwrite: bool = False
+    resume: ResumeMode = ResumeMode.AUTO
+
+    def __post_init__(self) -> None:
+        if not self.inputs:
+            raise ConfigError("no inputs given: name at least one file, directory, glob or URL")
+        if self.workers < 0:
+            raise ConfigError(f"workers must be ≥ 0 (0 = one per core), got {self.workers}")
+        if self.limits.checksum_block_size < 4096:
+            raise ConfigError("checksum block size must be at least 4 KiB")
+
+    @property
+    def effective_workers(self) -> int:
+        return self.workers or (os.cpu_count() or 1)
+
+    def options_json(self) -> dict[str, Any]:
+        """Everything that shapes the output bytes (never the worker count)."""
+        return {
+            "text_field": self.reader.text_field,
+            "id_field": self.reader.id_field,
+            "encoding_errors": self.reader.encoding_errors,
+            "append_eos": self.tokenize.append_eos,
+            "prepend_bos": self.tokenize.prepend_bos,
+            "shard_max_bytes": self.limits.max_bytes,
+            "shard_max_tokens": self.limits.max_tokens,
+            "checksum_block_size": self.limits.checksum_block_size,
+            "on_error": self.on_error.value,
+        }

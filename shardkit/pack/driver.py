@@ -1,0 +1,325 @@
+"""`pack()`: inputs → readers → tokenizer processes → one ordered writer → shards, journal, manifest.
+
+The output depends only on the inputs in their order, the tokenizer and the options: documents are
+tokenized in parallel but written in input order, shard boundaries depend only on document lengths,
+and a resumed run restarts from the exact input position and statistics the journal recorded.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import __version__
+from ..errors import PackError, ReaderError, ResumeError
+from ..format.checksums import digest_bytes
+from ..format.dtypes import token_dtype_for_vocab
+from ..format.idx import MAX_SEQUENCE_TOKENS
+from ..format.manifest import Manifest, ShardEntry
+from ..sources import InputFile, list_inputs
+from ..tokenizers import load_tokenizer_checked
+from ..writer import JOURNAL_NAME, Journal, JournalEntry, ShardWriter
+from .chunks import Chunk, Skip, iter_chunks, sample_texts
+from .config import OnError, PackConfig, ResumeMode
+from .output_dir import locked_output, prepare_output, remove_shardkit_files
+from .pool import ordered_map
+from .stats import PackStats
+from .worker import WorkerSetup, encode_chunk, init_worker
+
+__all__ = ["PackProgress", "PackResult", "pack"]
+
+MAX_DOC_TOKENS = MAX_SEQUENCE_TOKENS  # the .idx stores lengths as int32
+
+
+@dataclass(frozen=True)
+class PackProgress:
+    docs: int
+    tokens: int
+    input_bytes_done: int
+    input_bytes_total: int
+    shards: int
+    skipped: int
+    elapsed: float
+    resumed_docs: int = 0
+    resumed_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class PackResult:
+    path: Path
+    fingerprint: str
+    manifest: Manifest
+    stats: dict[str, Any]
+    elapsed: float
+    workers: int
+    tokenizer_backend: str
+    tokenizer_note: str | None
+    resumed_shards: int = 0
+    input_files: int = 0
+    input_bytes: int = 0
+    skip_examples: list[dict[str, str]] = field(default_factory=list)
+
+
+def _job(config: PackConfig, files: list[InputFile], tokenizer: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    job = {
+        "inputs": [[f.url, f.size] for f in files],
+        "tokenizer": tokenizer,
+        "options": config.options_json(),
+    }
+    job_id = hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()
+    return job, job_id
+
+
+def _first_difference(old: dict[str, Any], new: dict[str, Any]) -> str:
+    for key in ("inputs", "tokenizer", "options"):
+        if old.get(key) != new.get(key):
+            if key == "options":
+                for k in sorted(set(old[key]) | set(new[key])):
+                    if old[key].get(k) != new[key].get(k):
+                        return f"option {k} was {old[key].get(k)!r}, now {new[key].get(k)!r}"
+            if key == "inputs":
+                return "the input files (or their sizes) changed"
+            return key
+    return "job"
+
+
+def _surviving(directory: Path, entries: list[JournalEntry]) -> list[JournalEntry]:
+    """Journal entries whose shard files are intact (sizes and sidecar digest); stops at the first bad one."""
+    kept = []
+    for e in entries:
+        s = e.shard
+        try:
+            ok = ((directory / s.bin_name).stat().st_size == s.bin_bytes
+                  and (directory / s.idx_name).stat().st_size == s.idx_bytes
+                  and digest_bytes((directory / s.sum_name).read_bytes()) == s.sum_digest)
+        except OSError:
+            ok = False
+        if not ok:
+            break
+        kept.append(e)
+    return kept
+
+
+class _Run:
+    """The state of one pack run: the writer, the journal and the cumulative statistics."""
+
+    def __init__(self, config: PackConfig, files: list[InputFile], writer: ShardWriter, journal: Journal,
+                 stats: PackStats, entries: list[ShardEntry],
+                 progress: Callable[[PackProgress], None] | None) -> None:
+        self.config = config
+        self.files = files
+        self.writer = writer
+        self.journal = journal
+        self.stats = stats
+        self.entries = entries
+        self.progress = progress
+        self.t0 = time.monotonic()
+        self.resumed_docs = stats.docs
+        self.resumed_tokens = stats.tokens
+        self.total_bytes = sum(f.size for f in files)
+        self._last_progress = 0.0
+
+    def _skip(self, file: int, location: str, reason: str) -> None:
+        if self.config.on_error is OnError.FAIL:
+            raise PackError(f"{location}: {reason} (stopped by --on-error fail; use --on-error skip to count "
+                            "and skip bad records)")
+        self.stats.add_skip(self.files[file].source, location, reason)
+
+    def _commit(self, next_file: int, next_record: int) -> None:
+        entry = self.writer.close_shard()
+        if entry is None:
+            return
+        self.entries.append(entry)
+        self.journal.append(JournalEntry(entry, next_file, next_record, self.stats.to_json()))
+
+    def _add_docs(self, chunk: Chunk, tokens: np.ndarray, lengths: np.ndarray, offsets: np.ndarray,
+                  chars: np.ndarray, a: int, b: int) -> None:
+        self.writer.write_docs(tokens[offsets[a]:offsets[b]], lengths[a:b],
+                               chunk.ids[a:b] if self.writer.with_ids else None)
+        files = chunk.doc_file
+        i = a
+        while i < b:  # one stats update per run of documents from the same input file
+            j = i + 1
+            while j < b and files[j] == files[i]:
+                j += 1
+            self.stats.add_docs(self.files[files[i]].source, lengths[i:j], int(chars[i:j].sum()))
+            i = j
+
+    def consume(self, chunk: Chunk, tokens: np.ndarray, lengths: np.ndarray) -> None:
+        if lengths.size and int(lengths.max()) > MAX_DOC_TOKENS:
+            chunk, tokens, lengths = _drop_too_long(chunk, tokens, lengths)
+        offsets = np.zeros(lengths.size + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        chars = chunk.doc_chars()
+        skips = iter(chunk.skips)
+        pending = next(skips, None)
+        d, n = 0, int(lengths.size)
+        while d < n:
+            k = self.writer.fitting_docs(lengths[d:])
+            if k == 0:
+                while pending is not None and pending.before_doc <= d:
+                    self._skip(pending.file, pending.location, pending.reason)
+                    pending = next(skips, None)
+                self._commit(chunk.doc_file[d], chunk.doc_record[d])
+                continue
+            self._add_docs(chunk, tokens, lengths, offsets, chars, d, d + k)
+            d += k
+        while pending is not None:
+            self._skip(pending.file, pending.location, pending.reason)
+            pending = next(skips, None)
+        self._report(chunk.input_bytes_done)
+
+    def _report(self, input_bytes_done: int, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.progress is None or (not force and now - self._last_progress < 0.2):
+            return
+        self._last_progress = now
+        self.progress(PackProgress(
+            docs=self.stats.docs, tokens=self.stats.tokens, input_bytes_done=input_bytes_done,
+            input_bytes_total=self.total_bytes, shards=len(self.entries), skipped=self.stats.skipped,
+            elapsed=now - self.t0, resumed_docs=self.resumed_docs,
+            resumed_tokens=self.resumed_tokens))
+
+    def finish(self) -> None:
+        self._commit(len(self.files), 0)
+        self._report(self.total_bytes, force=True)
+
+
+def pack(config: PackConfig, *, progress: Callable[[PackProgress], None] | None = None) -> PackResult:
+    """Pack `config.inputs` into a dataset at `config.output`; resumes an unfinished run of the same job."""
+    t0 = time.monotonic()
+    out = Path(config.output)
+    files = list_inputs(config.inputs)
+    with locked_output(out):
+        journal_path = out / JOURNAL_NAME
+        previous = Journal.read(journal_path)
+        if previous is None:
+            if config.resume is ResumeMode.REQUIRE:
+                raise ResumeError("journal", f"{out} has no unfinished pack to resume")
+            prepare_output(out, overwrite=config.overwrite)
+        elif config.overwrite or config.resume is ResumeMode.NEVER:
+            if not config.overwrite:
+                raise PackError(f"{out} holds an unfinished pack; re-run without --no-resume to finish it, "
+                                "or pass --overwrite to start over")
+            remove_shardkit_files(out)
+            previous = None
+
+        tokenizer, note = load_tokenizer_checked(
+            config.tokenize.tokenizer, sample_texts(files, config.reader), backend=config.tokenize.backend)
+        spec = tokenizer.spec
+        dtype = token_dtype_for_vocab(spec.vocab_size)
+        spec_json = {k: v for k, v in spec.to_json().items() if k != "backend"}
+        eos = spec.eos_id if config.tokenize.append_eos else None
+        bos = spec.bos_id if config.tokenize.prepend_bos else None
+        if config.tokenize.append_eos and eos is None:
+            raise PackError(f"tokenizer {spec.name} has no end-of-text token; pass --no-eos")
+        if config.tokenize.prepend_bos and bos is None:
+            raise PackError(f"tokenizer {spec.name} has no beginning-of-text token; drop --bos")
+        job, job_id = _job(config, files, spec_json)
+
+        kept: list[JournalEntry] = []
+        if previous is not None:
+            old_id, old_job, entries = previous
+            if old_id != job_id:
+                raise ResumeError(_first_difference(old_job, job),
+                                  f"{out} holds an unfinished pack of a different job; re-run the original "
+                                  "command to finish it, or pass --overwrite to start over")
+            kept = _surviving(out, entries)
+        keep_names = {n for e in kept for n in (e.shard.bin_name, e.shard.idx_name, e.shard.sum_name,
+                                                f"{e.shard.name}.ids.jsonl")}
+        remove_shardkit_files(out, keep=keep_names | {JOURNAL_NAME})
+        journal = Journal(journal_path, job, job_id)
+        journal.start(kept)
+
+        writer = ShardWriter(out, dtype=dtype, limits=config.limits, next_index=len(kept),
+                             with_ids=config.reader.id_field is not None)
+        stats = PackStats.from_json(kept[-1].stats) if kept else PackStats()
+        run = _Run(config, files, writer, journal, stats, [e.shard for e in kept], progress)
+        start_file, start_record = (kept[-1].next_file, kept[-1].next_record) if kept else (0, 0)
+
+        def fail_file(e: ReaderError) -> None:
+            if config.on_error is OnError.FAIL:
+                raise PackError(f"{e} (stopped by --on-error fail)")
+
+        workers = config.effective_workers
+        setup = WorkerSetup(tokenizer=config.tokenize.tokenizer, backend=spec.backend, dtype=dtype.name,
+                            eos_id=eos, bos_id=bos, vocab_size=spec.vocab_size)
+        chunks: Iterable[Chunk] = iter_chunks(files, config.reader, start_file=start_file,
+                                              start_record=start_record, on_file_error=fail_file)
+        try:
+            for chunk, (tokens, lengths) in _encoded(chunks, workers, setup):
+                run.consume(chunk, tokens, lengths)
+            run.finish()
+        except BaseException:
+            writer.abort()
+            journal.close()
+            raise
+        if not run.entries:
+            journal.remove()
+            raise PackError(f"no documents were packed from {len(files)} input file(s): "
+                            f"{stats.skipped} record(s) skipped "
+                            f"({', '.join(f'{k}: {v}' for k, v in stats.skipped_by_reason.items()) or 'none'})")
+        elapsed = time.monotonic() - t0
+        manifest = Manifest(
+            dtype=dtype.name,
+            tokenizer=spec_json,
+            shards=tuple(run.entries),
+            checksum_block_size=config.limits.checksum_block_size,
+            eos_appended=config.tokenize.append_eos,
+            bos_prepended=config.tokenize.prepend_bos,
+            pack={"inputs": list(config.inputs), "input_files": len(files),
+                  "input_bytes": run.total_bytes, "options": config.options_json()},
+            stats=stats.to_json(),
+            created={"at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                     "by": f"shardkit {__version__}", "tokenizer_backend": spec.backend,
+                     "tokenizer_note": note, "workers": workers, "seconds": round(elapsed, 3),
+                     "resumed_shards": len(kept)},
+        )
+        fingerprint = manifest.save(out)
+        journal.remove()
+    saved = Manifest.load(out)
+    return PackResult(path=out, fingerprint=fingerprint, manifest=saved, stats=stats.to_json(),
+                      elapsed=elapsed, workers=workers, tokenizer_backend=spec.backend, tokenizer_note=note,
+                      resumed_shards=len(kept), input_files=len(files), input_bytes=run.total_bytes,
+                      skip_examples=list(stats.skip_examples))
+
+
+def _drop_too_long(chunk: Chunk, tokens: np.ndarray, lengths: np.ndarray
+                   ) -> tuple[Chunk, np.ndarray, np.ndarray]:
+    """Turn documents past the index format's length limit into skip events (rare: a >2G-token doc)."""
+    keep = lengths <= MAX_DOC_TOKENS
+    token_keep = np.repeat(keep, lengths)
+    kept_before = np.concatenate([[0], np.cumsum(keep)])
+    # order key: (position among kept docs, position among original docs, skip-before-doc first)
+    keyed = [((s.before_doc, 0), Skip(int(kept_before[s.before_doc]), s.file, s.location, s.reason))
+             for s in chunk.skips]
+    for i in np.flatnonzero(~keep):
+        keyed.append(((int(i), 1), Skip(int(kept_before[i]), chunk.doc_file[i], chunk.doc_location(i),
+                                        f"document of {int(lengths[i]):,} tokens exceeds the index format's "
+                                        f"limit of {MAX_DOC_TOKENS:,} tokens per document")))
+    keyed.sort(key=lambda kv: kv[0])
+    skips = [sk for _, sk in keyed]
+    idx = np.flatnonzero(keep)
+    new = Chunk(texts=[chunk.texts[i] for i in idx], ids=[chunk.ids[i] for i in idx],
+                doc_file=[chunk.doc_file[i] for i in idx], doc_record=[chunk.doc_record[i] for i in idx],
+                doc_locations=[chunk.doc_locations[i] for i in idx], skips=skips,
+                input_bytes_done=chunk.input_bytes_done)
+    return new, tokens[token_keep], lengths[keep]
+
+
+def _encoded(chunks: Iterable[Chunk], workers: int, setup: WorkerSetup):
+    """Only the texts travel to the workers; positions and skips stay here."""
+    return ordered_map(encode_chunk, chunks, payload=_texts, workers=workers, initializer=init_worker,
+                       initargs=(setup,))
+
+
+def _texts(chunk: Chunk) -> list[str]:
+    return chunk.texts

@@ -1,0 +1,63 @@
+"""What runs in each tokenizer process: encode a chunk of texts into final document tokens.
+
+EOS/BOS insertion and the dtype cast happen here too, vectorised, so the single writer process only
+copies bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..tokenizers import Tokenizer, load_tokenizer
+
+__all__ = ["WorkerSetup", "init_worker", "encode_chunk", "add_specials"]
+
+
+@dataclass(frozen=True)
+class WorkerSetup:
+    tokenizer: str
+    backend: str
+    dtype: str
+    eos_id: int | None
+    bos_id: int | None
+    vocab_size: int
+
+
+_STATE: tuple[Tokenizer, WorkerSetup] | None = None
+
+
+def init_worker(setup: WorkerSetup) -> None:
+    global _STATE
+    _STATE = (load_tokenizer(setup.tokenizer, backend=setup.backend, threads=1), setup)
+
+
+def add_specials(ids: np.ndarray, lengths: np.ndarray, bos: int | None, eos: int | None,
+                 dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Insert BOS before and/or EOS after every document of a flat id array."""
+    extra = (bos is not None) + (eos is not None)
+    n = int(lengths.size)
+    if not extra:
+        return ids.astype(dtype, copy=False), lengths.astype(np.int64, copy=False)
+    new_lengths = lengths.astype(np.int64) + extra
+    ends = np.cumsum(new_lengths)
+    out = np.empty(int(ends[-1]) if n else 0, dtype=dtype)
+    # body token t of document i moves right by the specials inserted before it: i * extra (+1 for its BOS)
+    shift = np.arange(n, dtype=np.int64) * extra + (1 if bos is not None else 0)
+    out[np.arange(ids.size, dtype=np.int64) + np.repeat(shift, lengths)] = ids
+    if bos is not None:
+        out[ends - new_lengths] = bos
+    if eos is not None:
+        out[ends - 1] = eos
+    return out, new_lengths
+
+
+def encode_chunk(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    if _STATE is None:
+        raise RuntimeError("worker not initialised")
+    tok, setup = _STATE
+    ids, lengths = tok.encode_batch(texts)
+    if ids.size and int(ids.max()) >= setup.vocab_size:
+        raise ValueError(f"tokenizer produced id {int(ids.max())} ≥ its vocabulary size {setup.vocab_size}")
+    return add_specials(ids, lengths, setup.bos_id, setup.eos_id, np.dtype(setup.dtype))

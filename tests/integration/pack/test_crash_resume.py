@@ -1,0 +1,79 @@
+"""SIGKILL a real `shardkit pack` at several points; re-running the command finishes byte-identically."""
+
+import json
+import random
+import signal
+import subprocess
+import time
+
+import pytest
+from support.cli import shardkit_cmd
+from support.dataset_bytes import assert_same_dataset
+
+from shardkit.writer.journal import JOURNAL_NAME
+
+
+def _corpus(d, files=3, docs=1500, seed=3):
+    rng = random.Random(seed)
+    d.mkdir()
+    for f in range(files):
+        with open(d / f"p{f}.jsonl", "w") as fh:
+            for _ in range(docs):
+                fh.write(json.dumps({"text": "x" * rng.randint(50, 3000)}) + "\n")
+    return d
+
+
+def _cmd(src, out, workers=2):
+    return shardkit_cmd() + ["pack", str(src), "-o", str(out), "--shard-size", "24KB",
+                             "--checksum-block-size", "4KiB", "--workers", str(workers), "--quiet"]
+
+
+def _journal_entries(out):
+    try:
+        return (out / JOURNAL_NAME).read_bytes().count(b"\n") - 1
+    except FileNotFoundError:
+        return -1
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    base = tmp_path_factory.mktemp("crash")
+    src = _corpus(base / "in")
+    ref = base / "ref"
+    subprocess.run(_cmd(src, ref), check=True, capture_output=True)
+    return src, ref
+
+
+@pytest.mark.parametrize("kill_after_shards", [0, 1, 17, 140])
+def test_kill_at_shard_counts_then_resume(reference, tmp_path, kill_after_shards):
+    src, ref = reference
+    out = tmp_path / "out"
+    proc = subprocess.Popen(_cmd(src, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while _journal_entries(out) < kill_after_shards and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    if proc.returncode != -signal.SIGKILL:
+        pytest.skip("pack finished before the kill point")
+    assert not (out / "manifest.json").exists()
+    done = subprocess.run(_cmd(src, out, workers=1), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    if kill_after_shards > 1:
+        assert "resumed" in done.stdout
+    assert_same_dataset(ref, out)
+
+
+def test_kill_at_random_moments_repeatedly(reference, tmp_path):
+    """Several kills in a row on the same output, then finish: still identical."""
+    src, ref = reference
+    out = tmp_path / "out"
+    rng = random.Random(11)
+    for _ in range(4):
+        proc = subprocess.Popen(_cmd(src, out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.3, 1.5))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    done = subprocess.run(_cmd(src, out), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert_same_dataset(ref, out)
