@@ -250,7 +250,9 @@ def pack(config: PackConfig, *, progress: Callable[[PackProgress], None] | None 
                 raise PackError(f"{e} (stopped by --on-error fail)")
 
         workers = config.effective_workers
-        setup = WorkerSetup(tokenizer=config.tokenize.tokenizer, backend=spec.backend, dtype=dtype.name,
+        # workers load exactly the backend chosen here (after the self-check), never decide again
+        setup = WorkerSetup(tokenizer=config.tokenize.tokenizer,
+                            backend=spec.backend if spec.backend in ("hf", "tiktoken") else "auto", dtype=dtype.name,
                             eos_id=eos, bos_id=bos, vocab_size=spec.vocab_size)
         chunks: Iterable[Chunk] = iter_chunks(files, config.reader, start_file=start_file,
                                               start_record=start_record, on_file_error=fail_file)

@@ -51,12 +51,13 @@ def _raw_blocks(f: BinaryIO, url: str, block_size: int) -> Iterator[bytes]:
         yield block
 
 
-def iter_blocks(url: str, compression: Compression, *, block_size: int = BLOCK_SIZE) -> Iterator[bytes]:
+def iter_blocks(url: str, compression: Compression, *, block_size: int | None = None) -> Iterator[bytes]:
     """The file's content (decompressed) as a sequence of non-empty blocks of about `block_size` bytes.
 
     Raises ReaderError (without a line) when the file cannot be read, is corrupt, or is truncated; blocks
-    yielded before that are correct data.
+    yielded before that are correct data. The default size is read at call time (tests shrink it).
     """
+    block_size = block_size or BLOCK_SIZE
     with open_binary(url) as f:
         raw = _raw_blocks(f, url, block_size)
         if compression is Compression.NONE:

@@ -52,7 +52,7 @@ def _resolve(url: str, schema: pa.Schema, path: FieldPath, what: str) -> pa.Data
             fields = t
         idx = fields.get_field_index(part)
         if idx < 0:
-            names = ", ".join(fields.field(i).name for i in range(fields.num_fields))
+            names = ", ".join(fields.field(i).name for i in range(len(fields)))
             where = "the file" if depth == 0 else f"struct {parent!r}"
             raise ReaderError(url, f"no {what} column {path.path!r}: {where} has columns {names}; "
                               f"choose one with --{what}-field")

@@ -1,0 +1,85 @@
+"""PyTorch adapter: an IterableDataset over a Loader that gives each rank the same sequence for any
+number of DataLoader workers, and checkpoints through torchdata's StatefulDataLoader.
+
+Workers split the rank's items round-robin (worker w takes items u ≡ w mod num_workers from the start
+point), which is exactly the order in which DataLoader collects them, so the rank sees items in order.
+Use `DataLoader(ds, batch_size=None, num_workers=k)`: items are already whole batches and travel between
+processes as whole tensors in shared memory, never per sample.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import MissingDependencyError, ResumeError
+from ..loader import Loader
+
+try:
+    import torch
+    from torch.utils.data import IterableDataset, get_worker_info
+except ImportError as e:  # pragma: no cover - exercised only without torch
+    raise MissingDependencyError("torch", extra="torch", purpose="shardkit.torch") from e
+
+__all__ = ["ShardkitIterableDataset", "to_torch"]
+
+
+def to_torch(batch: dict[str, Any], token_dtype: torch.dtype | None = None) -> dict[str, Any]:
+    """NumPy arrays → tensors sharing their memory (a copy only if `token_dtype` asks for a conversion)."""
+    out: dict[str, Any] = {}
+    for k, v in batch.items():
+        if isinstance(v, np.ndarray):
+            t = torch.from_numpy(v)
+            if token_dtype is not None and k in ("input_ids", "labels", "tokens"):
+                t = t.to(token_dtype)
+            out[k] = t
+        else:
+            out[k] = v
+    return out
+
+
+class ShardkitIterableDataset(IterableDataset):
+    """Yields this rank's batches (or micro-batches) as dicts of tensors."""
+
+    def __init__(self, loader: Loader, *, token_dtype: torch.dtype | None = None) -> None:
+        super().__init__()
+        self.loader = loader
+        self.token_dtype = token_dtype
+        self._start_unit = loader.unit_index(loader.step, loader._micro)
+        self._next_unit: int | None = None  # inside a worker: the next unit this worker will yield
+        self._stride = 1
+
+    def __iter__(self):
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        first = self._next_unit if self._next_unit is not None else self._start_unit + worker
+        self._stride = workers
+        for unit, item in self.loader.iter_units(first, stride=workers):
+            self._next_unit = unit + workers
+            yield to_torch(item, self.token_dtype)
+
+    # -- checkpointing -------------------------------------------------------------------------------------
+    def state_after(self, item: dict[str, Any]) -> dict[str, Any]:
+        """Loader state right after `item` was consumed: save this for a resume with any worker count."""
+        b, k = int(item["batch_index"]), int(item["micro_index"])
+        nb, nk = (b, k + 1) if k + 1 < int(item["num_micro"]) else (b + 1, 0)
+        return self.loader.state_at(nb, nk)
+
+    def load_loader_state(self, state: dict[str, Any], *, force: bool = False) -> None:
+        """Start the next iteration from a `state_after` / `Loader.state_dict` state (any worker count)."""
+        self.loader.load_state_dict(state, force=force)
+        self._start_unit = self.loader.unit_index(self.loader.step, self.loader._micro)
+        self._next_unit = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """Per-worker state for torchdata's StatefulDataLoader (JSON-able)."""
+        nxt = self._next_unit if self._next_unit is not None else self._start_unit
+        b, k = self.loader.unit_position(nxt)
+        return {"loader": self.loader.state_at(b, k), "stride": self._stride}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if not isinstance(state, dict) or "loader" not in state:
+            raise ResumeError("state", "expected a ShardkitIterableDataset.state_dict()")
+        self.loader.load_state_dict(state["loader"])
+        self._next_unit = self.loader.unit_index(self.loader.step, self.loader._micro)

@@ -1,0 +1,75 @@
+"""Windows of `seq_len + 1` tokens over a dataset's flat token stream, copied into batch arrays.
+
+Sample `i` is tokens [i·seq_len, i·seq_len + seq_len + 1): consecutive windows overlap by one token so
+every token is a label exactly once per epoch. Windows cross document boundaries freely (the index says
+where documents start) and, rarely, shard boundaries (assembled from both shards).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..format.dataset import Dataset
+
+__all__ = ["WindowSource", "num_windows"]
+
+
+def num_windows(num_tokens: int, seq_len: int) -> int:
+    return max(0, (num_tokens - 1) // seq_len)
+
+
+class WindowSource:
+    """Copies windows into preallocated rows; per-sample work is one slice copy, never per token."""
+
+    def __init__(self, dataset: Dataset, seq_len: int) -> None:
+        if seq_len < 1:
+            raise ConfigError(f"seq_len must be ≥ 1, got {seq_len}")
+        self.dataset = dataset
+        self.seq_len = seq_len
+        self.window = seq_len + 1
+        self.num_samples = num_windows(dataset.num_tokens, seq_len)
+        if self.num_samples == 0:
+            raise ConfigError(f"{dataset.path}: {dataset.num_tokens:,} tokens hold no window of seq_len + 1 = "
+                              f"{self.window:,} tokens; use a smaller seq_len or more data")
+        self._offsets = dataset.token_offsets
+        self._sizes = np.diff(self._offsets)
+        self._tokens: list[np.ndarray | None] = [None] * dataset.num_shards
+
+    def _shard_tokens(self, s: int) -> np.ndarray:
+        t = self._tokens[s]
+        if t is None:
+            t = self._tokens[s] = self.dataset.shards[s].tokens
+        return t
+
+    def locate(self, sample_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(shard index, start within shard) of each sample's first token."""
+        starts = np.asarray(sample_ids, dtype=np.int64) * self.seq_len
+        shard = np.searchsorted(self._offsets, starts, side="right") - 1
+        return shard, starts - self._offsets[shard]
+
+    def fill(self, sample_ids: np.ndarray, out: np.ndarray) -> None:
+        """Copy the windows of `sample_ids` into the rows of `out` (shape (n, seq_len + 1))."""
+        shard, local = self.locate(sample_ids)
+        inside = (local + self.window) <= self._sizes[shard]
+        w = self.window
+        for j, (s, lo, ok) in enumerate(zip(shard.tolist(), local.tolist(), inside.tolist())):
+            if ok:
+                out[j] = self._shard_tokens(s)[lo:lo + w]
+            else:
+                g = int(self._offsets[s]) + lo
+                self.dataset.read_tokens(g, g + w, out=out[j])
+
+    def doc_starts(self, sample_id: int) -> np.ndarray:
+        """Positions 1..seq_len inside the window where a new document begins (sorted, int64)."""
+        g0 = int(sample_id) * self.seq_len
+        g1 = g0 + self.seq_len  # a start at the window's last token still splits the last label
+        s = int(np.searchsorted(self._offsets, g0, side="right")) - 1
+        found = []
+        while s < self.dataset.num_shards and int(self._offsets[s]) <= g1:
+            base = int(self._offsets[s])
+            docs = self.dataset.shards[s].doc_offsets[:-1] + base
+            lo, hi = np.searchsorted(docs, [g0 + 1, g1 + 1])
+            found.append(docs[lo:hi] - g0)
+            s += 1
+        return np.concatenate(found) if found else np.zeros(0, np.int64)

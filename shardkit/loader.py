@@ -1,0 +1,266 @@
+"""The loader: global batch b → this rank's rows, as a pure function of (data, config, seed, b).
+
+Nothing is stored between batches except the batch index, so `load_state_dict` is O(1) at any step,
+any world size that divides the batch gives the same global stream, and DataLoader workers can each
+compute their own batches independently.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .batching import BatchFields, WindowSource, assemble, check_state, make_state
+from .distributed_env import detect_rank_world
+from .errors import ConfigError, ResumeError
+from .format import Dataset, open_dataset
+from .order import BatchSchedule, Constant, SampleOrder, ShuffleConfig, ShuffleMode, parse_schedule, rank_slice
+
+__all__ = ["LoaderConfig", "Loader"]
+
+_SLAB_BYTES = 32 << 20  # rows are handed out as views of slabs this big (each slab stays alive while viewed)
+_IDS_PER_CHUNK = 4096  # sample ids are computed for this many upcoming rows in one vectorised call
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoaderConfig:
+    seq_len: int
+    seed: int = 0
+    batch_schedule: BatchSchedule | int = 8
+    shuffle: ShuffleMode | str = "block"
+    block_samples: int | None = None
+    group_blocks: int | None = None
+    max_tokens: int | None = None
+    max_epochs: int | None = None
+    micro_batch_size: int | None = None
+    fields: BatchFields = field(default_factory=BatchFields)
+    rank: int | None = None
+    world_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.seq_len, int) or self.seq_len < 1:
+            raise ConfigError(f"seq_len must be a positive integer, got {self.seq_len!r}")
+        schedule = self.batch_schedule
+        if isinstance(schedule, int):
+            schedule = Constant(schedule)
+        elif isinstance(schedule, dict):
+            schedule = parse_schedule(schedule)
+        object.__setattr__(self, "batch_schedule", schedule)
+        object.__setattr__(self, "shuffle", ShuffleMode.parse(self.shuffle))
+        for name in ("max_tokens", "max_epochs", "micro_batch_size"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or v <= 0):
+                raise ConfigError(f"{name} must be a positive integer or None, got {v!r}")
+
+
+class Loader:
+    """Iterate this rank's batches; `state_dict()` / `load_state_dict()` resume exactly, in O(1)."""
+
+    def __init__(self, data: str | os.PathLike[str] | Dataset, config: LoaderConfig | None = None,
+                 **kwargs: Any) -> None:
+        if config is None:
+            config = LoaderConfig(**kwargs)
+        elif kwargs:
+            config = replace(config, **kwargs)
+        self.dataset = data if isinstance(data, Dataset) else open_dataset(Path(data))
+        rank, world = detect_rank_world()
+        rank = config.rank if config.rank is not None else rank
+        world = config.world_size if config.world_size is not None else world
+        if world < 1 or not 0 <= rank < world:
+            raise ConfigError(f"rank {rank} is not in [0, world_size={world})")
+        self.config = config
+        self.rank, self.world_size = rank, world
+        self.schedule: BatchSchedule = config.batch_schedule  # type: ignore[assignment]
+        self.source = WindowSource(self.dataset, config.seq_len)
+        self.num_samples = self.source.num_samples
+        default = ShuffleConfig.default(config.shuffle, seq_len=config.seq_len,
+                                        itemsize=self.dataset.dtype.itemsize, num_samples=self.num_samples)
+        self.shuffle = replace(default, **{k: v for k, v in (("block_samples", config.block_samples),
+                                                              ("group_blocks", config.group_blocks)) if v})
+        self.order = SampleOrder(self.num_samples, self.shuffle, config.seed)
+        budgets = [config.max_tokens // config.seq_len if config.max_tokens else None,
+                   config.max_epochs * self.num_samples if config.max_epochs else None]
+        self.budget_samples: int | None = min((b for b in budgets if b is not None), default=None)
+        self._batch = 0
+        self._micro = 0
+        self._check_batch(0)
+
+    # -- the stream as a pure function -------------------------------------------------------------------
+    def stream_config(self) -> dict[str, Any]:
+        """Everything the global sample stream depends on (besides the data): compared on resume."""
+        return {"seq_len": self.config.seq_len, "seed": self.config.seed, "shuffle": self.shuffle.to_json(),
+                "schedule": self.schedule.to_json(), "budget_samples": self.budget_samples}
+
+    def global_sample_ids(self, batch: int) -> np.ndarray:
+        """Sample ids of the whole global batch `batch` (all ranks), in order."""
+        start, size = self.schedule.start(batch), self.schedule.size(batch)
+        return self._ids(np.arange(start, start + size, dtype=np.int64))
+
+    def _ids(self, global_positions: np.ndarray) -> np.ndarray:
+        epochs, within = np.divmod(global_positions, self.num_samples)
+        out = np.empty_like(global_positions)
+        for e in np.unique(epochs).tolist():
+            m = epochs == e
+            out[m] = self.order.sample_ids(int(e), within[m])
+        return out
+
+    def _rank_rows(self, batch: int) -> tuple[int, int]:
+        start, size = self.schedule.start(batch), self.schedule.size(batch)
+        lo, hi = rank_slice(start, size, self.rank, self.world_size)
+        return lo, hi
+
+    def _check_batch(self, batch: int) -> None:
+        size = self.schedule.size(batch)
+        if size % self.world_size:
+            raise ConfigError(f"global batch {batch} has {size} samples, not divisible by world_size "
+                              f"{self.world_size}")
+        m = self.config.micro_batch_size
+        if m and (size // self.world_size) % m:
+            raise ConfigError(f"global batch {batch}: {size // self.world_size} rows per rank are not a "
+                              f"multiple of micro_batch_size {m}")
+
+    def num_batches(self) -> int | None:
+        """Batches in the token/epoch budget (None for an endless stream); a partial last batch is dropped."""
+        if self.budget_samples is None:
+            return None
+        b = self.schedule.batch_at_sample(self.budget_samples)
+        return b if self.schedule.start(b) + self.schedule.size(b) > self.budget_samples else b + 1
+
+    # -- iteration ------------------------------------------------------------------------------------------
+    @property
+    def step(self) -> int:
+        """Index of the next global batch to be delivered."""
+        return self._batch
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.schedule.size(self._batch)
+
+    @property
+    def consumed_samples(self) -> int:
+        return self.schedule.start(self._batch)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for batch, micro, rows in self.iter_batches(self._batch, self._micro):
+            self._batch, self._micro = (batch, micro + 1) if micro + 1 < rows["num_micro"] else (batch + 1, 0)
+            yield rows
+
+    def iter_batches(self, first: int, first_micro: int = 0, *, stride: int = 1
+                     ) -> Iterator[tuple[int, int, dict[str, Any]]]:
+        """(batch, micro index, batch dict) for batches first, first+stride, … (stride splits work over workers)."""
+        end = self.num_batches()
+        b = first
+        while end is None or b < end:
+            batches = []
+            rows = 0
+            while (end is None or b < end) and (not batches or rows < _IDS_PER_CHUNK) and len(batches) < 1024:
+                self._check_batch(b)
+                lo, hi = self._rank_rows(b)
+                batches.append((b, lo, hi))
+                rows += hi - lo
+                b += stride
+            yield from self._materialise(batches, first_micro)
+            first_micro = 0
+
+    def _materialise(self, batches: list[tuple[int, int, int]], first_micro: int
+                     ) -> Iterator[tuple[int, int, dict[str, Any]]]:
+        counts = np.array([hi - lo for _, lo, hi in batches], dtype=np.int64)
+        starts = np.array([lo for _, lo, _ in batches], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(counts)])
+        positions = np.arange(int(offsets[-1]), dtype=np.int64) + np.repeat(starts - offsets[:-1], counts)
+        ids = self._ids(positions)
+        width = self.config.seq_len + 1
+        row_bytes = width * self.dataset.dtype.itemsize
+        slab_rows = max(int(counts.max()), _SLAB_BYTES // row_bytes)
+        slab = np.empty((0, width), dtype=self.dataset.dtype)
+        used = 0
+        m = self.config.micro_batch_size
+        for i, (b, _, _) in enumerate(batches):
+            n = int(counts[i])
+            if used + n > slab.shape[0]:
+                slab = np.empty((min(slab_rows, int(offsets[-1] - offsets[i])), width), dtype=self.dataset.dtype)
+                used = 0
+            tokens = slab[used:used + n]
+            used += n
+            batch_ids = ids[offsets[i]:offsets[i + 1]]
+            self.source.fill(batch_ids, tokens)
+            size = self.schedule.size(b)
+            if not m:
+                out = assemble(tokens, batch_ids, self.source, self.config.fields)
+                out.update(batch_index=b, global_batch_size=size, micro_index=0, num_micro=1)
+                yield b, 0, out
+                continue
+            num_micro = n // m
+            for k in range(first_micro if i == 0 else 0, num_micro):
+                out = assemble(tokens[k * m:(k + 1) * m], batch_ids[k * m:(k + 1) * m], self.source,
+                               self.config.fields)
+                out.update(batch_index=b, global_batch_size=size, micro_index=k, num_micro=num_micro)
+                yield b, k, out
+
+    # -- units: what one DataLoader item is (a micro-batch, or the rank's whole batch) ------------------------
+    def _unit_rows(self) -> int:
+        return self.world_size * (self.config.micro_batch_size or 0)
+
+    def unit_index(self, batch: int, micro: int = 0) -> int:
+        """Index of (batch, micro) in the flat sequence of items this rank delivers."""
+        if not self.config.micro_batch_size:
+            return batch
+        return self.schedule.start(batch) // self._unit_rows() + micro
+
+    def unit_position(self, unit: int) -> tuple[int, int]:
+        """(batch, micro) of item `unit`: O(log stages), so any worker can start anywhere."""
+        if not self.config.micro_batch_size:
+            return unit, 0
+        sample = unit * self._unit_rows()
+        b = self.schedule.batch_at_sample(sample)
+        return b, (sample - self.schedule.start(b)) // self._unit_rows()
+
+    def iter_units(self, first_unit: int, *, stride: int = 1) -> Iterator[tuple[int, dict[str, Any]]]:
+        """(unit index, item) for units first_unit, first_unit + stride, … — how workers split a rank's work."""
+        if not self.config.micro_batch_size:
+            for b, _, item in self.iter_batches(first_unit, stride=stride):
+                yield b, item
+            return
+        u = first_unit
+        end = self.num_batches()
+        while True:
+            b, k = self.unit_position(u)
+            if end is not None and b >= end:
+                return
+            self._check_batch(b)
+            lo, _ = self._rank_rows(b)
+            m = self.config.micro_batch_size
+            _, _, item = next(self._materialise([(b, lo + k * m, lo + (k + 1) * m)], 0))
+            size = self.schedule.size(b)
+            item.update(micro_index=k, num_micro=size // self.world_size // m)
+            yield u, item
+            u += stride
+
+    # -- resume ---------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """A small JSON-able dict; save it with the model checkpoint."""
+        return make_state(fingerprint=self.dataset.fingerprint, config=self.stream_config(), batch=self._batch,
+                          samples=self.schedule.start(self._batch), micro=self._micro,
+                          world_size=self.world_size, rank=self.rank)
+
+    def state_at(self, batch: int, micro: int = 0) -> dict[str, Any]:
+        """The state of a loader about to deliver `batch` (for trainers that track the batch index)."""
+        return make_state(fingerprint=self.dataset.fingerprint, config=self.stream_config(), batch=batch,
+                          samples=self.schedule.start(batch), micro=micro, world_size=self.world_size,
+                          rank=self.rank)
+
+    def load_state_dict(self, state: dict[str, Any], *, force: bool = False) -> None:
+        """Continue exactly where `state` was taken, on any world size that divides the batches."""
+        batch, samples, micro = check_state(state, fingerprint=self.dataset.fingerprint,
+                                            config=self.stream_config(), force=force)
+        if not force and self.schedule.start(batch) != samples:
+            raise ResumeError("samples", f"{samples} consumed samples do not match batch {batch} of the schedule")
+        if micro and not self.config.micro_batch_size:
+            raise ResumeError("micro", "the state is mid-step but this loader has no micro_batch_size")
+        self._check_batch(batch)
+        self._batch, self._micro = batch, micro
