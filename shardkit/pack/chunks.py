@@ -96,16 +96,20 @@ def iter_chunks(
         yield chunk
 
 
-def sample_texts(files: Sequence[InputFile], reader: ReaderConfig, *, max_docs: int = 256,
-                 max_chars: int = 1 << 21) -> list[str]:
-    """The first documents of the input, for the tokenizer self-check (unreadable files are passed over)."""
+def sample_texts(files: Sequence[InputFile], reader: ReaderConfig, *, max_docs: int = 128,
+                 max_chars: int = 1 << 18, per_doc: int = 8192) -> list[str]:
+    """The first documents of the input (each cut to `per_doc` chars), for the tokenizer self-check.
+
+    Small on purpose: the slow reference backend encodes it at every pack start-up. Unreadable files
+    are passed over (the pack itself reports them).
+    """
     out: list[str] = []
     chars = 0
     for f in files:
         try:
             for rec in read_records(f, reader):
                 if rec.text:
-                    out.append(rec.text[:65536])
+                    out.append(rec.text[:per_doc])
                     chars += len(out[-1])
                     if len(out) >= max_docs or chars >= max_chars:
                         return out

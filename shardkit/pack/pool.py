@@ -8,6 +8,9 @@ submission order, so the output never depends on which worker finished first.
 from __future__ import annotations
 
 import multiprocessing
+import os
+import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -37,11 +40,11 @@ def ordered_map(
             yield item, fn(payload(item))
         return
     limit = max_in_flight or 2 * workers
-    ctx = multiprocessing.get_context("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
-                                      else "spawn")
+    # spawn: workers are this process's children (no lingering server process), start clean of its threads
+    ctx = multiprocessing.get_context("spawn")
     pending: deque[tuple[T, Future[R]]] = deque()
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=initializer,
-                             initargs=initargs) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_orphan_safe,
+                             initargs=(os.getpid(), initializer, initargs)) as pool:
         try:
             for item in items:
                 pending.append((item, pool.submit(fn, payload(item))))
@@ -54,3 +57,15 @@ def ordered_map(
         finally:
             for _, fut in pending:
                 fut.cancel()
+
+
+def _init_orphan_safe(parent: int, initializer: Callable[..., Any], initargs: tuple[Any, ...]) -> None:
+    """Run `initializer`, then watch the parent: if it dies (even by SIGKILL), this worker exits too."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="shardkit-parent-watch", daemon=True).start()
+    initializer(*initargs)

@@ -33,12 +33,7 @@ def _line_blocks(blocks: Iterator[bytes], url: str) -> Iterator[tuple[bytes, boo
     """(block, terminated) pairs where each block holds whole lines; only the very last may lack its b"\\n"."""
     pending: list[bytes] = []
     pending_len = 0
-    first = True
     for block in blocks:
-        if first:
-            first = False
-            if block.startswith(_BOM):
-                block = block[3:]
         cut = block.rfind(b"\n")
         if cut < 0:
             pending.append(block)
@@ -174,6 +169,8 @@ def read_jsonl(file: InputFile, config: ReaderConfig, start: int = 0) -> Iterato
             return
         except ReaderError as e:
             raise ReaderError(e.path, e.problem, line=index + 1) from e
+        if index == 0 and block.startswith(_BOM):  # the first block always starts at the file's first byte
+            block = block[3:]
         if skip:
             block, skipped = _skip_lines(block, terminated, skip)
             skip -= skipped

@@ -109,7 +109,7 @@ def _readable(path: str) -> bool:
 
 
 class _Lister:
-    """Expands one pattern; collects matches and ignored files (kept apart for testability)."""
+    """Expands one pattern into its supported files (url -> size) and the files skipped for their extension."""
 
     def __init__(self, pattern: str) -> None:
         self.pattern = pattern
@@ -153,12 +153,14 @@ class _Lister:
 
     def expand(self) -> None:
         try:
-            if _is_glob(self.path):
+            if _is_glob(self.path) and not self.fs.exists(self.path):  # "a[1].jsonl" may be a real name
                 self._expand_glob()
             else:
                 self._expand_path()
         except PermissionError as e:
             raise self._denied(str(e.filename or self.path)) from e
+        except OSError as e:  # network filesystems: timeouts, auth, missing buckets
+            raise InputError(self.pattern, f"cannot list this location: {e}") from e
 
     def _expand_path(self) -> None:
         try:

@@ -34,8 +34,9 @@ def load_hf_json(path: str):
 
 
 class HFTokenizer:
-    def __init__(self, path: str, *, threads: int = 1, eos: str | None = None, bos: str | None = None) -> None:
-        if threads <= 1:
+    def __init__(self, path: str, *, threads: int = 1,  # 0: the library's own thread pool
+                 eos: str | None = None, bos: str | None = None) -> None:
+        if threads == 1:
             set_single_threaded()
         self._tok = load_hf_json(path)
         vocab = self._tok.get_vocab(with_added_tokens=True)

@@ -78,7 +78,7 @@ def load_tokenizer_checked(spec: str, sample_texts: Sequence[str], *, backend: s
     note = getattr(tok, "fastpath_note", None)
     kind, arg = parse_spec(spec)
     if backend == "auto" and kind == "hf" and isinstance(tok, TiktokenTokenizer):
-        ref = HFTokenizer(arg)
+        ref = HFTokenizer(arg, threads=0)  # all cores here: this runs once, in the main process
         diff = compare(tok, ref, sample_texts)
         if diff is not None:
             return ref, f"fast path disagreed with tokenizers on the input sample ({diff}); using tokenizers"

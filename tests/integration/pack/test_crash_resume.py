@@ -64,6 +64,34 @@ def test_kill_at_shard_counts_then_resume(reference, tmp_path, kill_after_shards
     assert_same_dataset(ref, out)
 
 
+def _children_of(pid):
+    import os
+    out = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/children") as f:
+            out += [int(x) for x in f.read().split()]
+    return out
+
+
+def test_killed_pack_leaves_no_worker_behind(reference, tmp_path):
+    import os
+    src, _ = reference
+    proc = subprocess.Popen(_cmd(src, tmp_path / "out"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    workers = []
+    while len(workers) < 2 and time.monotonic() < deadline:
+        workers = _children_of(proc.pid)
+        time.sleep(0.05)
+    assert workers, "pack started no worker processes"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while any(os.path.exists(f"/proc/{w}") for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    alive = [w for w in workers if os.path.exists(f"/proc/{w}") and "Z" not in open(f"/proc/{w}/stat").read().split()[2]]
+    assert not alive, f"orphaned workers still running: {alive}"
+
+
 def test_kill_at_random_moments_repeatedly(reference, tmp_path):
     """Several kills in a row on the same output, then finish: still identical."""
     src, ref = reference

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import zstandard
 
-from shardkit.readers import Record, ReaderConfig, read_records
+from shardkit.readers import ReaderConfig, Record, read_records
 from shardkit.sources import InputFile
 
 

@@ -6,6 +6,7 @@ import gzip
 import json
 import os
 import struct
+from pathlib import Path
 
 import pytest
 import zstandard
@@ -27,7 +28,7 @@ def corpus(n: int = 2000) -> bytes:
 def test_truncated_stream_raises_after_good_records(make_file, name, keep):
     data = corpus()
     whole = make_file(data, name=name)
-    blob = open(whole.url, "rb").read()
+    blob = Path(whole.url).read_bytes()
     cut = make_file(blob[: int(len(blob) * keep)], name=name, raw=True)
     got = []
     with pytest.raises(ReaderError, match="truncated") as e:
@@ -42,7 +43,7 @@ def test_truncated_stream_raises_after_good_records(make_file, name, keep):
 
 @pytest.mark.parametrize("name", ["t.jsonl.gz", "t.jsonl.zst", "t.txt.gz", "t.txt.zst"])
 def test_corrupt_stream_raises(make_file, name):
-    blob = bytearray(open(make_file(corpus(200), name=name).url, "rb").read())
+    blob = bytearray(Path(make_file(corpus(200), name=name).url).read_bytes())
     for k in range(len(blob) // 3, len(blob) // 3 + 40):  # smash a run in the middle of the data
         blob[k] ^= 0x5A
     bad = make_file(bytes(blob), name=name, raw=True)

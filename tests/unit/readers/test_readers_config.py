@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from shardkit.errors import ConfigError, InputError
-from shardkit.readers import Record, ReaderConfig, read_records
+from shardkit.readers import ReaderConfig, Record, read_records
 from shardkit.readers.records import make_record
 from shardkit.sources import InputFile
 

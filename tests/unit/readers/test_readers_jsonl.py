@@ -8,7 +8,7 @@ import pytest
 from reader_testutil import read_all, texts
 
 from shardkit.errors import ReaderError
-from shardkit.readers import Record, ReaderConfig, jsonl, read_records
+from shardkit.readers import ReaderConfig, Record, jsonl, read_records
 from shardkit.sources import InputFile
 
 
@@ -52,9 +52,12 @@ def test_surrounding_whitespace_is_allowed(make_file):
     assert texts(read_all(f)) == ["a", "b"]
 
 
-def test_leading_bom_is_dropped(make_file):
+def test_leading_bom_is_dropped(make_file, monkeypatch):
     f = make_file(b'\xef\xbb\xbf{"text": "a"}\n{"text": "b"}\n')
     assert texts(read_all(f)) == ["a", "b"]
+    monkeypatch.setattr("shardkit.readers.compression.BLOCK_SIZE", 1)
+    assert texts(read_all(f)) == ["a", "b"]
+    assert texts(read_all(f, start=1)) == ["b"]
 
 
 def test_empty_text_is_a_normal_record(make_file):

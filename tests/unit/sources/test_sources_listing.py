@@ -187,3 +187,9 @@ def test_supported_extensions_listed():
     for ext in (".jsonl", ".json", ".ndjson", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".json.zst", ".jsonl.zstd",
                 ".parquet", ".txt", ".txt.gz", ".txt.zst"):
         assert ext in SUPPORTED_EXTENSIONS
+
+
+def test_existing_name_with_glob_characters_is_taken_literally(tmp_path):
+    tree(tmp_path, "a[1].jsonl", "a1.jsonl")
+    assert urls(list_inputs([str(tmp_path / "a[1].jsonl")])) == [str(tmp_path / "a[1].jsonl")]
+    assert urls(list_inputs([str(tmp_path / "a[0-9].jsonl")])) == [str(tmp_path / "a1.jsonl")]
