@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 
 from .batching import BatchFields, WindowSource, assemble, check_state, make_state
+from .batching.readahead import Readahead, ReadMetrics
+from .batching.slabs import SlabPool
 from .distributed_env import detect_rank_world
 from .errors import ConfigError, ResumeError
 from .format import Dataset, open_dataset
@@ -23,8 +25,8 @@ from .order import BatchSchedule, Constant, SampleOrder, ShuffleConfig, ShuffleM
 
 __all__ = ["LoaderConfig", "Loader"]
 
-_SLAB_BYTES = 32 << 20  # rows are handed out as views of slabs this big (each slab stays alive while viewed)
-_IDS_PER_CHUNK = 4096  # sample ids are computed for this many upcoming rows in one vectorised call
+_CHUNK_BYTES = 16 << 20  # ids are computed, and rows allocated, for this many bytes of upcoming rows at once
+_CHUNK_ROWS = 4096
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +43,7 @@ class LoaderConfig:
     fields: BatchFields = field(default_factory=BatchFields)
     rank: int | None = None
     world_size: int | None = None
+    readahead: bool = True  # page-cache hints for the next shuffle group (see batching/readahead.py)
 
     def __post_init__(self) -> None:
         if not isinstance(self.seq_len, int) or self.seq_len < 1:
@@ -88,6 +91,11 @@ class Loader:
         self.budget_samples: int | None = min((b for b in budgets if b is not None), default=None)
         self._batch = 0
         self._micro = 0
+        self._group: tuple[int, int] | None = None
+        self.metrics = ReadMetrics()
+        self._slabs = SlabPool()
+        self.readahead = Readahead(self.dataset, config.seq_len, self.order.block, self.metrics,
+                                   enabled=config.readahead)
         self._check_batch(0)
 
     # -- the stream as a pure function -------------------------------------------------------------------
@@ -158,7 +166,8 @@ class Loader:
         while end is None or b < end:
             batches = []
             rows = 0
-            while (end is None or b < end) and (not batches or rows < _IDS_PER_CHUNK) and len(batches) < 1024:
+            limit = max(1, min(_CHUNK_ROWS, _CHUNK_BYTES // ((self.config.seq_len + 1) * self.dataset.dtype.itemsize)))
+            while (end is None or b < end) and (not batches or rows < limit) and len(batches) < 1024:
                 self._check_batch(b)
                 lo, hi = self._rank_rows(b)
                 batches.append((b, lo, hi))
@@ -169,38 +178,55 @@ class Loader:
 
     def _materialise(self, batches: list[tuple[int, int, int]], first_micro: int
                      ) -> Iterator[tuple[int, int, dict[str, Any]]]:
+        """Compute ids and copy the windows of a whole chunk of batches at once, then hand out views."""
         counts = np.array([hi - lo for _, lo, hi in batches], dtype=np.int64)
         starts = np.array([lo for _, lo, _ in batches], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(counts)])
         positions = np.arange(int(offsets[-1]), dtype=np.int64) + np.repeat(starts - offsets[:-1], counts)
         ids = self._ids(positions)
+        epochs, within = np.divmod(positions, self.num_samples)
+        groups = self.order.group_of_position(within)
         width = self.config.seq_len + 1
         row_bytes = width * self.dataset.dtype.itemsize
-        slab_rows = max(int(counts.max()), _SLAB_BYTES // row_bytes)
-        slab = np.empty((0, width), dtype=self.dataset.dtype)
-        used = 0
         m = self.config.micro_batch_size
+        # one slab per chunk (chunks are sized to ~_SLAB_BYTES); filled lazily batch by batch so the
+        # first batch is not delayed by the whole chunk's copy
+        slab = self._slabs.take(int(offsets[-1]), width, self.dataset.dtype)
+        shard, local = self.source.locate(ids)
+        fast, view_rows = self.source.plan(shard, local, offsets[:-1])
+        blocks = ids // self.order.block
+        num_blocks = self.order.full_blocks + 1
         for i, (b, _, _) in enumerate(batches):
-            n = int(counts[i])
-            if used + n > slab.shape[0]:
-                slab = np.empty((min(slab_rows, int(offsets[-1] - offsets[i])), width), dtype=self.dataset.dtype)
-                used = 0
-            tokens = slab[used:used + n]
-            used += n
-            batch_ids = ids[offsets[i]:offsets[i + 1]]
-            self.source.fill(batch_ids, tokens)
+            a, z = int(offsets[i]), int(offsets[i + 1])
+            e = int(epochs[a])
+            self._enter_group(e, int(groups[a]))
+            tokens = slab[a:z]
+            if fast[i]:
+                self.source.copy_rows(int(shard[a]), view_rows[a:z], tokens)
+            else:
+                self.source.fill_located(shard[a:z], local[a:z], tokens)
+            batch_ids = ids[a:z]
+            self.metrics.record_step(e, blocks[a:z], row_bytes, num_blocks)
             size = self.schedule.size(b)
             if not m:
                 out = assemble(tokens, batch_ids, self.source, self.config.fields)
                 out.update(batch_index=b, global_batch_size=size, micro_index=0, num_micro=1)
                 yield b, 0, out
                 continue
-            num_micro = n // m
+            num_micro = (z - a) // m
             for k in range(first_micro if i == 0 else 0, num_micro):
                 out = assemble(tokens[k * m:(k + 1) * m], batch_ids[k * m:(k + 1) * m], self.source,
                                self.config.fields)
                 out.update(batch_index=b, global_batch_size=size, micro_index=k, num_micro=num_micro)
                 yield b, k, out
+
+    def _enter_group(self, epoch: int, group: int) -> None:
+        if (epoch, group) == self._group or not self.readahead.enabled or self.shuffle.mode is ShuffleMode.FULL:
+            return
+        self._group = (epoch, group)
+        nxt = (epoch, group + 1) if group + 1 < self.order.num_groups else (epoch + 1, 0)
+        self.readahead.enter_group(epoch, group, self.order.blocks_of_group(epoch, group),
+                                   self.order.blocks_of_group(*nxt))
 
     # -- units: what one DataLoader item is (a micro-batch, or the rank's whole batch) ------------------------
     def _unit_rows(self) -> int:

@@ -35,6 +35,7 @@ class WindowSource:
         self._offsets = dataset.token_offsets
         self._sizes = np.diff(self._offsets)
         self._tokens: list[np.ndarray | None] = [None] * dataset.num_shards
+        self._views: list[tuple[np.ndarray, int] | None] = [None] * dataset.num_shards
 
     def _shard_tokens(self, s: int) -> np.ndarray:
         t = self._tokens[s]
@@ -51,14 +52,51 @@ class WindowSource:
     def fill(self, sample_ids: np.ndarray, out: np.ndarray) -> None:
         """Copy the windows of `sample_ids` into the rows of `out` (shape (n, seq_len + 1))."""
         shard, local = self.locate(sample_ids)
+        self.fill_located(shard, local, out)
+
+    def _rows_view(self, s: int) -> tuple[np.ndarray, int]:
+        """Shard s as a 2-D read-only view whose row r is the window starting at local token phase + r·seq_len.
+
+        Windows start at global multiples of seq_len, so inside one shard they share one phase; gathering
+        rows of this view is a single C-level copy per batch instead of one slice copy per sample.
+        """
+        v = self._views[s]
+        if v is None:
+            toks = self._shard_tokens(s)
+            phase = int(-self._offsets[s] % self.seq_len)
+            n = max(0, (toks.size - phase - 1) // self.seq_len)
+            item = toks.itemsize
+            view = np.lib.stride_tricks.as_strided(toks[phase:], shape=(n, self.window),
+                                                   strides=(self.seq_len * item, item), writeable=False)
+            v = self._views[s] = (view, phase)
+        return v
+
+    def plan(self, shard: np.ndarray, local: np.ndarray, segments: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For rows grouped in segments (batches): (segment fits one shard's row view, view row of each row)."""
         inside = (local + self.window) <= self._sizes[shard]
-        w = self.window
+        phases = np.array([int(-o % self.seq_len) for o in self._offsets[:-1].tolist()], dtype=np.int64)
+        view_rows = (local - phases[shard]) // self.seq_len
+        same = np.minimum.reduceat(shard, segments) == np.maximum.reduceat(shard, segments)
+        return same & np.logical_and.reduceat(inside, segments), view_rows
+
+    def copy_rows(self, shard: int, view_rows: np.ndarray, out: np.ndarray) -> None:
+        """Copy whole windows of one shard (one C-level gather)."""
+        out[...] = self._rows_view(shard)[0][view_rows]
+
+    def fill_located(self, shard: np.ndarray, local: np.ndarray, out: np.ndarray) -> None:
+        """`fill` for windows already located (the loader locates a whole chunk in one call)."""
+        inside = (local + self.window) <= self._sizes[shard]
+        first = int(shard[0]) if shard.size else 0
+        if shard.size and bool(inside.all()) and bool((shard == first).all()):
+            view, phase = self._rows_view(first)
+            out[...] = view[(local - phase) // self.seq_len]
+            return
         for j, (s, lo, ok) in enumerate(zip(shard.tolist(), local.tolist(), inside.tolist())):
             if ok:
-                out[j] = self._shard_tokens(s)[lo:lo + w]
+                out[j] = self._shard_tokens(s)[lo:lo + self.window]
             else:
                 g = int(self._offsets[s]) + lo
-                self.dataset.read_tokens(g, g + w, out=out[j])
+                self.dataset.read_tokens(g, g + self.window, out=out[j])
 
     def doc_starts(self, sample_id: int) -> np.ndarray:
         """Positions 1..seq_len inside the window where a new document begins (sorted, int64)."""

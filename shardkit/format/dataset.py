@@ -7,6 +7,7 @@ index is parsed and checked on first use (O(documents in that shard)), then mapp
 
 from __future__ import annotations
 
+import mmap
 import os
 from collections.abc import Iterator
 from functools import cached_property
@@ -67,11 +68,24 @@ class Shard:
         return idx
 
     @cached_property
-    def tokens(self) -> np.ndarray:
-        """The whole shard as one read-only token array (memory-mapped, not read)."""
+    def mmap(self) -> mmap.mmap | None:
+        """The shard's `.bin` mapped read-only once (None for an empty shard); used for madvise hints."""
         if self.entry.bin_bytes == 0:
+            return None
+        with open(self.bin_path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size != self.entry.bin_bytes:
+                raise ManifestError(str(self.bin_path), f"size {size:,} bytes, manifest records "
+                                                        f"{self.entry.bin_bytes:,} (changed since open)")
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+    @cached_property
+    def tokens(self) -> np.ndarray:
+        """The whole shard as one read-only token array over the mapping (a plain ndarray: slicing is cheap)."""
+        mm = self.mmap
+        if mm is None:
             return np.zeros(0, dtype=self.dtype)
-        return np.memmap(self.bin_path, dtype=self.dtype, mode="r", shape=(self.entry.num_tokens,))
+        return np.frombuffer(mm, dtype=self.dtype, count=self.entry.num_tokens)
 
     @cached_property
     def doc_offsets(self) -> np.ndarray:

@@ -24,7 +24,7 @@ __all__ = ["MAX_LINE_BYTES", "read_jsonl"]
 
 MAX_LINE_BYTES = 256 << 20  # a longer "line" is a corrupt file or a decompression bomb, not a document
 _BOM = b"\xef\xbb\xbf"
-_scan = json.scanner.c_make_scanner(json.JSONDecoder())  # (str, idx) -> (value, end); no whitespace skipping
+_scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # (str, idx) -> (value, end)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _BLANK: Any = object()
 

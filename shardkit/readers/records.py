@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import ConfigError
 
@@ -27,11 +28,12 @@ class Record:
 
 
 _new = object.__new__
-_set_index = Record.index.__set__  # type: ignore[attr-defined]
-_set_text = Record.text.__set__  # type: ignore[attr-defined]
-_set_doc_id = Record.doc_id.__set__  # type: ignore[attr-defined]
-_set_error = Record.error.__set__  # type: ignore[attr-defined]
-_set_location = Record.location.__set__  # type: ignore[attr-defined]
+_slot: Any = vars(Record)  # the slot descriptors of the final (slots=True) class
+_set_index = _slot["index"].__set__
+_set_text = _slot["text"].__set__
+_set_doc_id = _slot["doc_id"].__set__
+_set_error = _slot["error"].__set__
+_set_location = _slot["location"].__set__
 
 
 def make_record(index: int, text: str | None, doc_id: str | None, error: str | None, location: str) -> Record:

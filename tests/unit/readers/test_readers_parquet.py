@@ -143,3 +143,11 @@ def test_corrupt_parquet_is_a_reader_error(tmp_path, how):
         read_all(input_file(bad))
     assert e.value.path == str(bad) and str(bad) in str(e.value)
     assert "remove it from the inputs" in e.value.problem
+
+
+def test_text_and_id_from_the_same_struct(tmp_path):
+    meta = pa.array([{"body": "x", "id": 1}, {"body": "y", "id": 2}])
+    f = input_file(write(tmp_path, pa.table({"meta": meta})))
+    assert [(r.text, r.doc_id) for r in read_all(f, text_field="meta.body", id_field="meta.id")] == [
+        ("x", "1"), ("y", "2")]
+    assert read_all(f, text_field="meta.body", id_field="meta")[0].doc_id == '{"body":"x","id":1}'

@@ -1,0 +1,145 @@
+"""Page-cache hints that follow the sample order: prefetch the next shuffle group, release the last.
+
+With block shuffle a group's blocks are read completely while the loader is inside the group, so
+hinting whole blocks (MADV_WILLNEED) costs no extra I/O and lets the kernel read them sequentially,
+ahead of use, from a background thread. Blocks of a finished group are released (MADV_DONTNEED on
+our read-only mapping drops them from this process's RSS; the page cache keeps them for others), so
+the loader's resident memory does not grow with the dataset.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import mmap
+import threading
+from collections import deque
+
+import numpy as np
+
+from ..format.dataset import Dataset
+
+__all__ = ["Readahead", "ReadMetrics"]
+
+_PAGE = mmap.PAGESIZE
+# MADV_POPULATE_READ (Linux ≥ 5.14) also fills the page tables, so the loader thread takes no faults;
+# where the kernel refuses it, WILLNEED (page cache only) is used instead.
+_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
+try:  # libc's madvise through ctypes releases the GIL (mmap.madvise does not): hints run truly alongside
+    _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    _libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    _madvise = _libc.madvise
+except (OSError, AttributeError):  # pragma: no cover - non-glibc platforms
+    _madvise = None
+
+
+def _advise_range(tokens: np.ndarray, start: int, length: int, advice: int) -> bool:
+    """madvise on bytes [start, start+length) of the mapping behind `tokens`; False if refused."""
+    if _madvise is None:
+        return False
+    base = tokens.__array_interface__["data"][0]
+    return _madvise(ctypes.c_void_p(base + start), ctypes.c_size_t(length), ctypes.c_int(advice)) == 0
+
+
+class ReadMetrics:
+    """Bytes and distinct shuffle blocks touched, per step and per epoch, plus what the hints did."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.bytes_copied = 0
+        self.step_bytes = 0
+        self.epoch = -1
+        self._epoch_map = np.zeros(0, dtype=bool)
+        self._last_blocks = np.zeros(0, dtype=np.int64)
+        self.epoch_bytes = 0
+        self.groups_entered = 0
+        self.bytes_prefetched = 0
+        self.bytes_released = 0
+
+    def record_step(self, epoch: int, block_of_rows: np.ndarray, row_bytes: int, num_blocks: int) -> None:
+        """O(rows) bookkeeping; distinct counts are computed only when metrics are read."""
+        self.steps += 1
+        self.step_bytes = int(block_of_rows.size) * row_bytes
+        self.bytes_copied += self.step_bytes
+        self._last_blocks = block_of_rows
+        if epoch != self.epoch:
+            self.epoch, self.epoch_bytes = epoch, 0
+            self._epoch_map = np.zeros(num_blocks, dtype=bool)
+        self._epoch_map[block_of_rows] = True
+        self.epoch_bytes += self.step_bytes
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "steps": self.steps, "bytes_copied": self.bytes_copied, "step_bytes": self.step_bytes,
+            "step_distinct_blocks": int(np.unique(self._last_blocks).size), "epoch": self.epoch,
+            "epoch_distinct_blocks": int(self._epoch_map.sum()), "epoch_bytes": self.epoch_bytes,
+            "groups_entered": self.groups_entered, "bytes_prefetched": self.bytes_prefetched,
+            "bytes_released": self.bytes_released,
+        }
+
+
+class Readahead:
+    """Issues WILLNEED/DONTNEED for whole shuffle blocks on a background thread (never blocks the loader)."""
+
+    def __init__(self, dataset: Dataset, seq_len: int, block_samples: int, metrics: ReadMetrics,
+                 enabled: bool = True) -> None:
+        self.dataset = dataset
+        self.block_tokens = block_samples * seq_len
+        self.seq_len = seq_len
+        self.metrics = metrics
+        self.enabled = enabled and _madvise is not None
+        self._held: deque[tuple[int, int, np.ndarray]] = deque()  # (epoch, group, blocks) hinted, oldest first
+        self._lock = threading.Lock()
+        self._populate_ok = True
+
+    def _ranges(self, blocks: np.ndarray):
+        """(shard, byte start, byte length) of each block's tokens, split at shard boundaries."""
+        offsets = self.dataset.token_offsets
+        item = self.dataset.dtype.itemsize
+        for j in np.sort(blocks).tolist():
+            lo, hi = j * self.block_tokens, min((j + 1) * self.block_tokens + 1, self.dataset.num_tokens)
+            s = int(np.searchsorted(offsets, lo, side="right")) - 1
+            while lo < hi and s < self.dataset.num_shards:
+                end = min(hi, int(offsets[s + 1]))
+                a = (lo - int(offsets[s])) * item
+                b = (end - int(offsets[s])) * item
+                start = a - a % _PAGE
+                yield s, start, b - start
+                lo, s = end, s + 1
+
+    def _advise(self, blocks: np.ndarray, advice: int) -> int:
+        done = 0
+        for s, start, length in self._ranges(blocks):
+            tokens = self.dataset.shards[s].tokens
+            n = min(length, tokens.nbytes - start)
+            if n <= 0:
+                continue
+            if not _advise_range(tokens, start, n, advice):
+                if advice != _POPULATE_READ:
+                    continue
+                self._populate_ok = False
+                if not _advise_range(tokens, start, n, mmap.MADV_WILLNEED):
+                    continue
+            done += n
+        return done
+
+    def enter_group(self, epoch: int, group: int, blocks: np.ndarray, next_blocks: np.ndarray | None) -> None:
+        """Called when delivery reaches a new group: hint it and the next, release groups before it."""
+        if not self.enabled:
+            return
+        self.metrics.groups_entered += 1
+        release = []
+        with self._lock:
+            while len(self._held) > 1 and self._held[0][:2] != (epoch, group):
+                release.append(self._held.popleft()[2])
+        todo = [b for b in (blocks, next_blocks) if b is not None]
+        threading.Thread(target=self._work, args=(todo, release), daemon=True).start()
+        with self._lock:
+            self._held.append((epoch, group, blocks))
+
+    def _work(self, prefetch: list[np.ndarray], release: list[np.ndarray]) -> None:
+        for blocks in release:
+            self.metrics.bytes_released += self._advise(blocks, mmap.MADV_DONTNEED)
+        for blocks in prefetch:
+            advice = _POPULATE_READ if self._populate_ok else mmap.MADV_WILLNEED
+            self.metrics.bytes_prefetched += self._advise(blocks, advice)
