@@ -15,6 +15,7 @@ from shardkit import ShardkitError, __version__
 from .adopt_cmd import adopt_cmd
 from .demo_cmd import demo_cmd
 from .pack_cmd import pack_cmd
+from .stream_cmd import stream_cmd
 
 
 class ShardkitGroup(click.Group):
@@ -43,6 +44,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 cli.add_command(pack_cmd)
 cli.add_command(adopt_cmd)
 cli.add_command(demo_cmd)
+cli.add_command(stream_cmd)
 
 
 def main() -> None:

@@ -26,7 +26,7 @@ class StatusLine:
         self.enabled = enabled
         self.tty = sys.stderr.isatty()
         self.log_every = log_every
-        self._last_log = 0.0
+        self._last_log = time.monotonic()  # first periodic line after log_every, not at once
         self._width = 0
 
     def update(self, text: str) -> None:
