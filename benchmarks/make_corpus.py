@@ -65,7 +65,7 @@ def documents() -> Iterator[str]:
 def build(size: int, out: Path) -> tuple[int, int]:
     out.mkdir(parents=True, exist_ok=True)
     total = docs = part = 0
-    f = open(out / f"part-{part:03d}.jsonl", "w", encoding="utf-8")
+    f = open(out / f"part-{part:03d}.jsonl", "w", encoding="utf-8")  # noqa: SIM115 - rolled over below
     written = 0
     while total < size:
         before = total
@@ -79,7 +79,7 @@ def build(size: int, out: Path) -> tuple[int, int]:
             if written >= FILE_BYTES:
                 f.close()
                 part += 1
-                f = open(out / f"part-{part:03d}.jsonl", "w", encoding="utf-8")
+                f = open(out / f"part-{part:03d}.jsonl", "w", encoding="utf-8")  # noqa: SIM115
                 written = 0
             if total >= size:
                 break

@@ -13,7 +13,9 @@ __all__ = ["StatusLine", "format_duration"]
 
 
 def format_duration(seconds: float) -> str:
-    seconds = max(0, int(seconds))
+    if seconds < 10:
+        return f"{max(0.0, seconds):.1f}s"
+    seconds = int(seconds)
     h, rem = divmod(seconds, 3600)
     m, s = divmod(rem, 60)
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"

@@ -21,7 +21,15 @@ from .batching.slabs import SlabPool
 from .distributed_env import detect_rank_world
 from .errors import ConfigError, ResumeError
 from .format import Dataset, open_dataset
-from .order import BatchSchedule, Constant, SampleOrder, ShuffleConfig, ShuffleMode, parse_schedule, rank_slice
+from .order import (
+    BatchSchedule,
+    Constant,
+    SampleOrder,
+    ShuffleConfig,
+    ShuffleMode,
+    parse_schedule,
+    rank_slice,
+)
 
 __all__ = ["LoaderConfig", "Loader"]
 

@@ -33,7 +33,7 @@ def fsync_dir(directory: Path) -> None:
 def atomic_file(final: Path, *, sync_dir: bool = True) -> Iterator[BinaryIO]:
     """Yield a binary file that appears at `final` only if the block finishes without error."""
     tmp = temp_path(final)
-    f = open(tmp, "wb")
+    f = open(tmp, "wb")  # noqa: SIM115 - closed on both paths below
     try:
         yield f
         f.flush()

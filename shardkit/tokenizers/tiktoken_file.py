@@ -10,7 +10,6 @@ import base64
 from pathlib import Path
 from urllib.parse import parse_qs
 
-
 from ..errors import TokenizerError
 from .base import TokenizerSpec, file_sha256
 from .fastpath import GPT2_PATTERN, TiktokenTokenizer
@@ -30,8 +29,10 @@ NAMED_PATTERNS = {
 
 def _read_ranks(path: Path) -> dict[bytes, int]:
     ranks: dict[bytes, int] = {}
+    n = 0
     try:
-        for n, line in enumerate(path.read_bytes().splitlines(), 1):
+        for lineno, line in enumerate(path.read_bytes().splitlines(), 1):
+            n = lineno  # kept for the error message below
             if not line.strip():
                 continue
             token, rank = line.split()

@@ -88,7 +88,14 @@ def test_killed_pack_leaves_no_worker_behind(reference, tmp_path):
     deadline = time.monotonic() + 10
     while any(os.path.exists(f"/proc/{w}") for w in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
-    alive = [w for w in workers if os.path.exists(f"/proc/{w}") and "Z" not in open(f"/proc/{w}/stat").read().split()[2]]
+    def running(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().split()[2] != "Z"
+        except FileNotFoundError:
+            return False
+
+    alive = [w for w in workers if running(w)]
     assert not alive, f"orphaned workers still running: {alive}"
 
 

@@ -13,7 +13,7 @@ def _corpus(d, n_files=4, docs=400, seed=7):
     d.mkdir()
     for f in range(n_files):
         with open(d / f"part-{f}.jsonl", "w", encoding="utf-8") as fh:
-            for i in range(docs):
+            for _ in range(docs):
                 if rng.random() < 0.02:
                     fh.write("{not json\n")  # bad records are part of the deterministic output (skip stats)
                     continue
