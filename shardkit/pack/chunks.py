@@ -17,7 +17,7 @@ from ..sources import InputFile
 
 __all__ = ["Skip", "Chunk", "iter_chunks", "CHUNK_CHARS", "CHUNK_DOCS"]
 
-CHUNK_CHARS = 1 << 21  # ~2 MB of text per task: large enough to amortise IPC, small enough to stay flat
+CHUNK_CHARS = 1 << 20  # ~1 MB of text per task: large enough to amortise IPC, small enough to stay flat
 CHUNK_DOCS = 4096
 
 

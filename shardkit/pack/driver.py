@@ -30,6 +30,7 @@ from ..writer import JOURNAL_NAME, Journal, JournalEntry, ShardWriter
 from .chunks import Chunk, Skip, iter_chunks, sample_texts
 from .config import OnError, PackConfig, ResumeMode
 from .output_dir import locked_output, prepare_output, remove_shardkit_files
+from .memory import pin_malloc_thresholds
 from .pool import ordered_map
 from .stats import PackStats
 from .worker import WorkerSetup, encode_chunk, init_worker
@@ -196,6 +197,7 @@ class _Run:
 def pack(config: PackConfig, *, progress: Callable[[PackProgress], None] | None = None) -> PackResult:
     """Pack `config.inputs` into a dataset at `config.output`; resumes an unfinished run of the same job."""
     t0 = time.monotonic()
+    pin_malloc_thresholds()
     out = Path(config.output)
     files = list_inputs(config.inputs)
     with locked_output(out):

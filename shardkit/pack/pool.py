@@ -39,7 +39,7 @@ def ordered_map(
         for item in items:
             yield item, fn(payload(item))
         return
-    limit = max_in_flight or 2 * workers
+    limit = max_in_flight or workers + 2  # one queued chunk per worker beyond the ones running, plus one
     # spawn: workers are this process's children (no lingering server process), start clean of its threads
     ctx = multiprocessing.get_context("spawn")
     pending: deque[tuple[T, Future[R]]] = deque()

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..tokenizers import Tokenizer, load_tokenizer
+from .memory import pin_malloc_thresholds
 
 __all__ = ["WorkerSetup", "init_worker", "encode_chunk", "add_specials"]
 
@@ -30,6 +31,7 @@ _STATE: tuple[Tokenizer, WorkerSetup] | None = None
 
 def init_worker(setup: WorkerSetup) -> None:
     global _STATE
+    pin_malloc_thresholds()
     _STATE = (load_tokenizer(setup.tokenizer, backend=setup.backend, threads=1), setup)
 
 
