@@ -12,7 +12,7 @@ network) — still a bijection, and half the walking of rounding up to an even b
 
 from __future__ import annotations
 
-from typing import overload
+from typing import Any, overload
 
 import numpy as np
 
@@ -24,8 +24,8 @@ __all__ = ["DEFAULT_ROUNDS", "MAX_SIZE", "Permutation", "derive_key", "extend_ke
 # Luby-Rackoff needs 4 rounds, but its bound is a birthday bound on the half width, and halves here can be a
 # few bits wide (small groups, block counts); 6 rounds (Patarin) visibly even out small-domain permutations.
 DEFAULT_ROUNDS = 6
-MAX_SIZE = 1 << 62  # halves stay ≤ 31 bits, so (half << 4) never overflows 64 bits
-_MAX_ROUNDS = 16  # the round number lives in the 4 low bits of the round-function input
+MAX_SIZE = 1 << 62  # halves stay ≤ 31 bits, below the round constants' bits
+_MAX_ROUNDS = 16
 _CHUNK = 1 << 15  # elements per pass: the working buffers stay in L2 cache
 _MASK64 = (1 << 64) - 1
 _C1 = 0xBF58476D1CE4E5B9  # splitmix64 finaliser constants (Stafford's "Mix13")
@@ -41,6 +41,11 @@ def _mix_int(x: int) -> int:
     x ^= x >> 27
     x = (x * _C2) & _MASK64
     return x ^ (x >> 31)
+
+
+# per-round constants, zero in the low 32 bits (where the ≤ 31-bit half lives): (half, round) ↦ half ⊕ constant
+# is injective for a fixed key
+_ROUND = [_U(_mix_int(r + 1) & ~0xFFFFFFFF) for r in range(_MAX_ROUNDS)]
 
 
 def _mix_inplace(z: np.ndarray) -> np.ndarray:
@@ -99,21 +104,22 @@ class _Network:
         self._t = np.empty(size, np.uint64)
 
     def _round_function(self, half: np.ndarray, r: int, keys: np.ndarray | np.uint64, out_bits: int) -> np.ndarray:
-        """Top `out_bits` bits of splitmix64's mixer over (half, round, key)."""
+        """Top `out_bits` bits of a multiply-xorshift-multiply hash of (half ⊕ key ⊕ round constant).
+
+        This is splitmix64's finaliser without its two outer xor-shifts, which do little here: the input varies
+        only in its low ≤ 31 bits (the first shift would mostly xor in a per-key constant) and only the top
+        ≤ 31 output bits are kept (the last shift never reaches them).
+        """
         f, t = self._f[: half.size], self._t[: half.size]
-        np.left_shift(half, _U(4), out=f)
         if isinstance(keys, np.ndarray):
-            f ^= keys
-            f ^= _U(r)
+            np.bitwise_xor(half, keys, out=f)
+            f ^= _ROUND[r]
         else:
-            f ^= keys ^ _U(r)
-        np.right_shift(f, _U(30), out=t)
-        f ^= t
+            np.bitwise_xor(half, keys ^ _ROUND[r], out=f)
         f *= _U(_C1)
         np.right_shift(f, _U(27), out=t)
         f ^= t
         f *= _U(_C2)
-        # the mixer's last xor-shift (>> 31) never reaches the top ≤ 31 bits kept here, so it is skipped
         f >>= _U(64 - out_bits)
         return f
 
@@ -186,7 +192,7 @@ def unpermute(idx: np.ndarray, n: int, keys: int | np.ndarray, rounds: int = DEF
     return _walk(idx, n, keys, rounds, inverse=True)
 
 
-def _is_scalar(idx: object) -> bool:
+def _is_scalar(idx: Any) -> bool:
     return not isinstance(idx, np.ndarray) and np.ndim(idx) == 0
 
 

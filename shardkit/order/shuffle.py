@@ -17,6 +17,7 @@ The two extremes of the same mechanism:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -32,6 +33,7 @@ __all__ = ["BLOCK_BYTES", "GROUP_BLOCKS", "ShuffleMode", "ShuffleConfig", "Sampl
 BLOCK_BYTES = 32 << 20  # tens of MiB: long sequential reads, yet a group of 8 stays a few hundred MiB
 GROUP_BLOCKS = 8
 _DEFAULT_BLOCK_SAMPLES = BLOCK_BYTES // (2048 * 2)  # 32 MiB of 2048-token uint16 samples
+_CHUNK = 1 << 16  # positions per vectorised pass
 _TAG_BLOCKS, _TAG_GROUP = 1, 2  # key domains: the per-epoch block order, the per-(epoch, group) sample order
 
 
@@ -93,6 +95,17 @@ class ShuffleConfig:
         return cls(**obj)
 
 
+def _chunked(fn: Callable[[int, np.ndarray], np.ndarray], epoch: int, values: np.ndarray) -> np.ndarray:
+    """Run `fn` over cache-sized slices: temporaries stay in L2 and are recycled instead of page-faulted in."""
+    flat = values.reshape(-1)
+    if flat.size <= _CHUNK:
+        return fn(epoch, flat).reshape(values.shape)
+    out = np.empty_like(flat)
+    for lo in range(0, flat.size, _CHUNK):
+        out[lo: lo + _CHUNK] = fn(epoch, flat[lo: lo + _CHUNK])
+    return out.reshape(values.shape)
+
+
 def _keys(base: int, groups: np.ndarray) -> int | np.ndarray:
     """Per-element group keys; computed once per distinct group when the groups span a short range."""
     lo, hi = int(groups.min()), int(groups.max())
@@ -135,11 +148,6 @@ class SampleOrder:
         """Alias of `block_samples` (the name shardkit.loader uses)."""
         return self.block_samples
 
-    @property
-    def n(self) -> int:
-        """Alias of `num_samples`."""
-        return self.num_samples
-
     # -- geometry, for the prefetcher -------------------------------------------------------------------------
     def group_of_position(self, positions: Any) -> np.ndarray:
         """The group each epoch position falls in (the same for every epoch)."""
@@ -173,18 +181,28 @@ class SampleOrder:
         pos = index_array(positions, self.num_samples, "position")
         if self.mode is ShuffleMode.NONE or pos.size == 0:
             return pos.copy()
-        flat = pos.reshape(-1)
-        groups = np.minimum(flat // self.group_samples, self.num_groups - 1)
-        local = self._in_group(e, groups, flat - groups * self.group_samples, inverse=False)
+        return _chunked(self._sample_ids, e, pos)
+
+    def _sample_ids(self, epoch: int, pos: np.ndarray) -> np.ndarray:
+        groups = np.minimum(pos // self.group_samples, self.num_groups - 1)
+        local = groups * self.group_samples
+        np.subtract(pos, local, out=local)
+        local = self._in_group(epoch, groups, local, inverse=False)
         if self.num_groups == 1:
-            return local.reshape(pos.shape)
-        block_slot = local // self.block_samples  # floor division by a scalar is fast; divmod/% are not
-        offset = local - block_slot * self.block_samples
-        block_slot += groups * self.group_blocks
-        out = self._block_at_slot(e, block_slot)
+            return local
+        slot = local // self.block_samples  # floor division by a scalar is fast; divmod and % are not
+        offset = slot * self.block_samples
+        np.subtract(local, offset, out=offset)
+        groups *= self.group_blocks
+        slot += groups
+        out = self._block_at_slot(epoch, slot)
         out *= self.block_samples
         out += offset
-        return out.reshape(pos.shape)
+        return out
+
+    def sample_id(self, epoch: int, position: int) -> int:
+        """`sample_ids` for one position."""
+        return int(self.sample_ids(epoch, np.array([nonneg_int("position", position)]))[0])
 
     def positions_of(self, epoch: int, sample_ids: Any) -> np.ndarray:
         """Inverse of `sample_ids`: where in `epoch` each sample is drawn."""
@@ -192,17 +210,17 @@ class SampleOrder:
         ids = index_array(sample_ids, self.num_samples, "sample id")
         if self.mode is ShuffleMode.NONE or ids.size == 0:
             return ids.copy()
-        flat = ids.reshape(-1)
+        return _chunked(self._positions_of, e, ids)
+
+    def _positions_of(self, epoch: int, ids: np.ndarray) -> np.ndarray:
         if self.num_groups == 1:
-            groups = np.zeros_like(flat)
-            local = flat
-        else:
-            block = flat // self.block_samples
-            offset = flat - block * self.block_samples
-            slot = self._block_at_slot(e, block, inverse=True)
-            groups = np.minimum(slot // self.group_blocks, self.num_groups - 1)
-            local = (slot - groups * self.group_blocks) * self.block_samples + offset
-        return (groups * self.group_samples + self._in_group(e, groups, local, inverse=True)).reshape(ids.shape)
+            return self._in_group(epoch, np.zeros_like(ids), ids, inverse=True)
+        block = ids // self.block_samples
+        offset = ids - block * self.block_samples
+        slot = self._block_at_slot(epoch, block, inverse=True)
+        groups = np.minimum(slot // self.group_blocks, self.num_groups - 1)
+        local = (slot - groups * self.group_blocks) * self.block_samples + offset
+        return groups * self.group_samples + self._in_group(epoch, groups, local, inverse=True)
 
     # -- internals --------------------------------------------------------------------------------------------
     def _check_group(self, group: int) -> int:
