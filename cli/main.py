@@ -14,8 +14,10 @@ from shardkit import ShardkitError, __version__
 
 from .adopt_cmd import adopt_cmd
 from .demo_cmd import demo_cmd
+from .inspect_cmd import inspect_cmd, show_cmd
 from .pack_cmd import pack_cmd
 from .stream_cmd import stream_cmd
+from .verify_cmd import verify_cmd
 
 
 class ShardkitGroup(click.Group):
@@ -45,6 +47,9 @@ cli.add_command(pack_cmd)
 cli.add_command(adopt_cmd)
 cli.add_command(demo_cmd)
 cli.add_command(stream_cmd)
+cli.add_command(verify_cmd)
+cli.add_command(inspect_cmd)
+cli.add_command(show_cmd)
 
 
 def main() -> None:

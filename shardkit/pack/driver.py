@@ -29,8 +29,8 @@ from ..tokenizers import load_tokenizer_checked
 from ..writer import JOURNAL_NAME, Journal, JournalEntry, ShardWriter
 from .chunks import Chunk, Skip, iter_chunks, sample_texts
 from .config import OnError, PackConfig, ResumeMode
-from .output_dir import locked_output, prepare_output, remove_shardkit_files
 from .memory import pin_malloc_thresholds
+from .output_dir import locked_output, prepare_output, remove_shardkit_files
 from .pool import ordered_map
 from .stats import PackStats
 from .worker import WorkerSetup, encode_chunk, init_worker

@@ -7,6 +7,7 @@ shards whose index and `.bin` size passed the structural checks, vectorised over
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,10 +83,8 @@ def check_tokens(directory: Path, entry: ShardEntry, dtype: np.dtype, rules: Tok
                 problems += _marker(entry, tokens, starts, lengths, rules.bos_id, Check.BOS, at_end=False)
         del tokens
     finally:
-        try:
+        with contextlib.suppress(BufferError):  # a view escaped; the map closes when it is collected
             mm.close()
-        except BufferError:  # a view escaped; the map closes when it is collected
-            pass
     return problems, entry.bin_bytes
 
 

@@ -40,10 +40,10 @@ class DirListing:
 
     def absent_reason(self, name: str) -> str:
         if name in self.outside:
-            return "is a symlink pointing outside the dataset (treated as missing)"
+            return "a symlink pointing outside the dataset (treated as missing)"
         if name in self.others:
-            return "is not a regular file"
-        return "is missing"
+            return "not a regular file (treated as missing)"
+        return "missing"
 
 
 def scan_directory(path: Path) -> DirListing:
@@ -88,9 +88,8 @@ def load_manifest(path: Path, listing: DirListing) -> ManifestResult:
         if journal and MANIFEST_NAME not in listing.outside | listing.others:
             return ManifestResult(None, [], [_journal_note(path)], incomplete=True)
         why = listing.absent_reason(MANIFEST_NAME)
-        return ManifestResult(None, [Problem(Check.DATASET, f"{MANIFEST_NAME} {why}: not a shardkit dataset "
-                                                            "(or its manifest was lost; re-pack)",
-                                             file=MANIFEST_NAME)], [])
+        return ManifestResult(None, [Problem(Check.DATASET, f"{why}: not a shardkit dataset (or its manifest "
+                                                            "was lost; re-pack)", file=MANIFEST_NAME)], [])
     size = listing.files[MANIFEST_NAME]
     if size > MAX_MANIFEST_BYTES:
         return _bad(f"{size:,} bytes, over the {MAX_MANIFEST_BYTES:,}-byte limit")

@@ -84,7 +84,7 @@ class VerifyProgress:
     done: int
     total: int
     unit: str
-    elapsed: float
+    elapsed: float  # seconds since this phase began
 
 
 @dataclass
@@ -129,6 +129,7 @@ class VerifyReport:
         return len(self.shard_names) - len(set(self.bad_shards) & set(self.shard_names))
 
     def finish(self) -> VerifyReport:
+        self.notes = list(dict.fromkeys(self.notes))
         if self.verdict is not Verdict.INCOMPLETE:
             self.verdict = Verdict.CORRUPT if self.problems else Verdict.OK
         return self

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -21,7 +21,7 @@ from ..format.manifest import MANIFEST_NAME, Manifest
 from .content import BlockTask, blocks_of, bounded_map, check_blocks
 from .decode import decode_samples, load_dataset_tokenizer, sample_doc_ids
 from .deep import check_tokens, token_rules
-from .layout import extra_files, load_manifest, scan_directory
+from .layout import DirListing, extra_files, load_manifest, scan_directory
 from .report import Check, Problem, Verdict, VerifyMode, VerifyProgress, VerifyReport
 from .structure import ShardState, check_shard
 
@@ -34,12 +34,12 @@ _PROGRESS_EVERY = 0.2  # seconds between progress callbacks
 class _Progress:
     """Throttles callbacks to a few per second; always reports a phase's end."""
 
-    def __init__(self, fn: ProgressFn | None, t0: float) -> None:
-        self.fn, self.t0 = fn, t0
-        self.phase, self.unit, self.done, self.total, self._last = "", "", 0, 0, 0.0
+    def __init__(self, fn: ProgressFn | None) -> None:
+        self.fn = fn
+        self.phase, self.unit, self.done, self.total, self._last, self.t0 = "", "", 0, 0, 0.0, 0.0
 
     def start(self, phase: str, total: int, unit: str) -> None:
-        self.phase, self.total, self.unit, self.done = phase, total, unit, 0
+        self.phase, self.total, self.unit, self.done, self.t0 = phase, total, unit, 0, time.monotonic()
 
     def add(self, n: int) -> None:
         self.done += n
@@ -92,26 +92,15 @@ def verify_dataset(
     m = loaded.manifest
     report.fingerprint = m.fingerprint
     report.shard_names = [e.name for e in m.shards]
-    tick = _Progress(progress, t0)
-    window = 4 * n_jobs
+    tick = _Progress(progress)
+    window = 4 * n_jobs  # tasks in flight: enough to keep every thread busy, few enough to stay flat
     with ThreadPoolExecutor(n_jobs, thread_name_prefix="verify") if n_jobs > 1 else nullcontext() as pool:
-        tick.start("structure", len(m.shards), "shards")
-        states = []
-        for st in bounded_map(pool, lambda e: check_shard(p, e, m, listing), m.shards, window):
-            states.append(st)
-            report.problems += st.problems
-            tick.add(1)
-        report.problems += _stats_problems(m, states)
-        named = {MANIFEST_NAME} | {f for st in states for f in st.named_files}
-        report.bytes_total = sum(listing.files.get(f, 0) for f in named)
-        def tasks() -> Iterator[BlockTask]:  # generated twice rather than held: millions at 100 TB
-            return (t for st in states for t in _tasks(p, st, mode))
-
-        tick.start("content", sum(t.end - t.start for t in tasks()), "bytes")
-        problems, report.bytes_hashed = check_blocks(tasks(), pool, window=window, on_bytes=tick.add)
-        report.problems += problems
+        states = _structure(p, m, listing, report, pool, window, tick)
+        _content(p, states, mode, report, pool, window, tick)
         if mode is VerifyMode.DEEP:
             _deep(p, m, states, report, pool, window, tick)
+    named = {MANIFEST_NAME} | {f for st in states for f in st.named_files}
+    report.bytes_total = sum(listing.files.get(f, 0) for f in named)
     extras = extra_files(listing, named)
     if extras:
         report.notes.append(f"{len(extras)} file(s) not named by the manifest or any sidecar: "
@@ -124,6 +113,28 @@ def verify_dataset(
 def _done(report: VerifyReport, t0: float) -> VerifyReport:
     report.seconds = time.monotonic() - t0
     return report.finish()
+
+
+def _structure(directory: Path, m: Manifest, listing: DirListing, report: VerifyReport, pool: Executor | None,
+               window: int, tick: _Progress) -> list[ShardState]:
+    tick.start("structure", len(m.shards), "shards")
+    states = []
+    for st in bounded_map(pool, lambda e: check_shard(directory, e, m, listing), m.shards, window):
+        states.append(st)
+        report.problems += st.problems
+        tick.add(1)
+    report.problems += _stats_problems(m, states)
+    return states
+
+
+def _content(directory: Path, states: list[ShardState], mode: VerifyMode, report: VerifyReport,
+             pool: Executor | None, window: int, tick: _Progress) -> None:
+    def tasks() -> Iterator[BlockTask]:  # generated twice rather than held: millions of blocks at 100 TB
+        return (t for st in states for t in _tasks(directory, st, mode))
+
+    tick.start("content", sum(t.end - t.start for t in tasks()), "bytes")
+    problems, report.bytes_hashed = check_blocks(tasks(), pool, window=window, on_bytes=tick.add)
+    report.problems += problems
 
 
 def _tasks(directory: Path, st: ShardState, mode: VerifyMode) -> Iterator[BlockTask]:
@@ -161,8 +172,8 @@ def _stats_problems(m: Manifest, states: list[ShardState]) -> list[Problem]:
     return out
 
 
-def _deep(directory: Path, m: Manifest, states: list[ShardState], report: VerifyReport, pool, window: int,
-          tick: _Progress) -> None:
+def _deep(directory: Path, m: Manifest, states: list[ShardState], report: VerifyReport, pool: Executor | None,
+          window: int, tick: _Progress) -> None:
     rules, notes = token_rules(m)
     report.notes += notes
     if not rules.any:

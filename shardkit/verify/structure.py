@@ -51,18 +51,19 @@ class ShardState:
 
 def size_problem(shard: str, file: str, actual: int, expected: int, recorder: str = "the manifest") -> Problem:
     lo, hi = sorted((actual, expected))
-    how = f"truncated: bytes [{lo:,}, {hi:,}) are missing" if actual < expected else \
-        f"appended to: bytes [{lo:,}, {hi:,}) are extra"
+    how = f"truncated: the last {hi - lo:,} bytes are missing" if actual < expected else \
+        f"appended to: {hi - lo:,} extra bytes at the end"
     return Problem(Check.SIZE, f"{actual:,} bytes, {recorder} records {expected:,} ({how})", shard=shard,
                    file=file, byte_range=(lo, hi), expected=str(expected), actual=str(actual))
 
 
 def check_shard(directory: Path, entry: ShardEntry, manifest: Manifest, listing: DirListing) -> ShardState:
+    """Every structural problem of one shard (never raises for bad bytes); reads no `.bin`."""
     st = ShardState(entry=entry)
     for fname, expected in ((entry.bin_name, entry.bin_bytes), (entry.idx_name, entry.idx_bytes),
                             (entry.sum_name, None)):
         if fname not in listing.files:
-            st.add(Check.MISSING, f"{fname} {listing.absent_reason(fname)}; restore it or re-pack", fname)
+            st.add(Check.MISSING, f"{listing.absent_reason(fname)}; restore it or re-pack", fname)
             continue
         st.sizes[fname] = listing.files[fname]
         if expected is not None and st.sizes[fname] != expected:
@@ -108,7 +109,8 @@ def _check_sidecar(directory: Path, st: ShardState, listing: DirListing) -> None
                    expected=str(want), actual=str(fc.size))
         if want is None:  # the ids sidecar: only the checksum file records it
             if name not in listing.files:
-                st.add(Check.MISSING, f"{name} {listing.absent_reason(name)} (listed in {where})", name)
+                st.add(Check.MISSING, f"{listing.absent_reason(name)} (listed in {where}); restore it or re-pack",
+                       name)
             else:
                 st.sizes[name] = listing.files[name]
                 if st.sizes[name] != fc.size:
