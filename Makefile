@@ -21,6 +21,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_pack.py
+	$(BIN)/python benchmarks/bench_verify.py
 
 clean:
 	rm -rf demo-out bench-data

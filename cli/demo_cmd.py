@@ -12,12 +12,11 @@ import xxhash
 
 from shardkit import open_dataset
 from shardkit.demo import build_stdlib_corpus
-from shardkit.format import ShardChecksums
-from shardkit.format.checksums import file_block_digests
 from shardkit.loader import Loader
 from shardkit.pack import PackConfig, TokenizeOptions, pack
 from shardkit.stream import stream
 from shardkit.units import human_bytes, human_count
+from shardkit.verify import verify_dataset
 from shardkit.writer import ShardLimits
 
 from .pack_cmd import summary_text
@@ -70,18 +69,13 @@ def demo_cmd(output, workers):
 
 
 def _check(ds) -> None:
-    """Every document ends in EOS and every block checksum matches (the full verify is `shardkit verify`)."""
-    eos = ds.tokenizer["eos_id"]
-    for shard in ds:
-        ends = shard.doc_offsets[1:] - 1
-        if shard.num_docs and not np.all(shard.tokens[ends] == eos):
-            raise click.ClickException(f"{shard.name}: a document does not end in EOS")
-        sums = ShardChecksums.read(shard.sum_path)
-        for fname, expected in sums.files.items():
-            if file_block_digests(ds.path / fname, sums.block_size) != expected:
-                raise click.ClickException(f"{fname}: checksum mismatch")
-    click.echo(f"checked: {ds.num_docs:,} documents end in EOS; all block checksums of {ds.num_shards} shards match")
-
+    """The full verification pack's users run before spending GPU hours (`shardkit verify --deep`)."""
+    report = verify_dataset(ds.path, mode="deep")
+    if not report.ok:
+        raise click.ClickException(f"verify found {len(report.problems)} problem(s): "
+                                   f"{report.problems[0].detail if report.problems else report.verdict.value}")
+    click.echo(f"verified (--deep): every block checksum of {ds.num_shards} shards, every index, every token id "
+               f"< vocab size, EOS at all {ds.num_docs:,} document ends")
 
 def _batch_digests(loader: Loader, n: int) -> list[str]:
     return [xxhash.xxh3_64_hexdigest(np.ascontiguousarray(b["input_ids"]).tobytes())

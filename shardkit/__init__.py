@@ -14,19 +14,28 @@ from .errors import (  # noqa: E402
     TokenizerError,
 )
 from .format import Dataset, Manifest, open_dataset  # noqa: E402
+from .loader import Loader, LoaderConfig  # noqa: E402
+from .order import Constant, Piecewise, Ramp  # noqa: E402
+from .verify import verify_dataset  # noqa: E402
 
 __all__ = [
     "__version__",
     "ConfigError",
+    "Constant",
     "Dataset",
     "IntegrityError",
+    "Loader",
+    "LoaderConfig",
     "Manifest",
     "ManifestError",
     "MissingDependencyError",
     "PackError",
+    "Piecewise",
+    "Ramp",
     "ReaderError",
     "ResumeError",
     "ShardkitError",
     "TokenizerError",
     "open_dataset",
+    "verify_dataset",
 ]

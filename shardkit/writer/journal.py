@@ -53,7 +53,7 @@ class Journal:
             return None
         try:
             head = json.loads(lines[0])
-            if head.get("kind") != "job" or head.get("version") != JOURNAL_VERSION:
+            if not isinstance(head, dict) or head.get("kind") != "job" or head.get("version") != JOURNAL_VERSION:
                 raise ValueError("bad header")
             entries = []
             for line in lines[1:]:
@@ -64,7 +64,7 @@ class Journal:
                     next_record=int(d["next"][1]),
                     stats=d["stats"],
                 ))
-        except (ValueError, KeyError, TypeError, IndexError) as e:
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError) as e:
             raise ResumeError("journal", f"{path} is unreadable ({e}); re-run with --overwrite to start over") from None
         return head["job_id"], head["job"], entries
 

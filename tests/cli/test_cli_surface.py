@@ -41,6 +41,6 @@ def test_library_error_is_one_line_exit_1(tmp_path):
 def test_library_never_imports_click():
     import subprocess
     import sys
-    code = ("import sys, shardkit, shardkit.pack, shardkit.format, shardkit.adopt, shardkit.demo; "
+    code = ("import sys, shardkit, shardkit.pack, shardkit.format, shardkit.adopt, shardkit.demo, shardkit.verify, shardkit.inspect, shardkit.loader, shardkit.stream; "
             "sys.exit(1 if 'click' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
