@@ -1,21 +1,37 @@
-"""Stage 3: tokenizers chosen by a spec string, batch-encoding texts to flat NumPy id arrays."""
+"""Stage 3: tokenizers chosen by a spec string, batch-encoding texts to flat NumPy id arrays.
 
-from .base import Tokenizer, TokenizerSpec
-from .bytes_tokenizer import BytesTokenizer
-from .fastpath import FastPathRefused, TiktokenTokenizer, compile_tiktoken
+See docs/tokenizers.md: spec strings, backends, the tiktoken fast path and when it is refused.
+"""
+
+from .base import Backend, Tokenizer, TokenizerSpec
+from .bytes_tokenizer import BYTES_BOS, BYTES_EOS, BYTES_PAD, BytesTokenizer
+from .fastpath import FastPathRefused, compile_tiktoken, fast_hf_tokenizer
 from .hf import HFTokenizer
-from .selfcheck import compare
+from .selfcheck import Difference, SelfCheckResult, compare, compare_backends
+from .sentencepiece_model import SentencePieceTokenizer
 from .spec import load_tokenizer, load_tokenizer_checked, parse_spec
+from .tiktoken_backend import TiktokenTokenizer
+from .tiktoken_file import PRESETS
 
 __all__ = [
+    "BYTES_BOS",
+    "BYTES_EOS",
+    "BYTES_PAD",
+    "PRESETS",
+    "Backend",
     "BytesTokenizer",
+    "Difference",
     "FastPathRefused",
     "HFTokenizer",
+    "SelfCheckResult",
+    "SentencePieceTokenizer",
     "TiktokenTokenizer",
     "Tokenizer",
     "TokenizerSpec",
     "compare",
+    "compare_backends",
     "compile_tiktoken",
+    "fast_hf_tokenizer",
     "load_tokenizer",
     "load_tokenizer_checked",
     "parse_spec",

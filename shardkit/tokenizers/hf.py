@@ -1,53 +1,90 @@
-"""A Hugging Face `tokenizer.json` through the `tokenizers` library (the reference backend)."""
+"""A Hugging Face `tokenizer.json` through the `tokenizers` library: the reference backend.
+
+Two settings make it agree with tiktoken's `encode_ordinary` and with the fast path:
+- `encode_special_tokens = True`: special added tokens written in a document (`"<|endoftext|>"`) are
+  encoded as ordinary text, never mapped to their id — a document cannot forge a document boundary.
+  Non-special added tokens keep their usual meaning (they are matched in the text).
+- no truncation, no padding (a file may carry either), no post-processor specials
+  (`add_special_tokens=False`): EOS/BOS are the pack's business.
+
+Threads: `tokenizers` reads `TOKENIZERS_PARALLELISM` at every batch call, so setting it to "false" around
+our calls makes `threads=1` truly single-threaded (no rayon pool is ever started in that process).
+`threads=N>1` sets `RAYON_NUM_THREADS`, which only counts before the process's pool first starts;
+`threads=0` leaves the library default (one thread per core).
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import tokenizers
 
 from ..errors import TokenizerError
-from .base import TokenizerSpec, concat_ids, file_sha256
+from .base import TokenizerSpec, file_sha256, flatten_lists, surrogate_error
 from .specials import BOS_CANDIDATES, EOS_CANDIDATES, pick_special
 
-__all__ = ["HFTokenizer", "load_hf_json"]
+__all__ = ["HFTokenizer", "load_hf_json", "set_parallelism"]
 
 
-def set_single_threaded() -> None:
-    """One encode thread in this process: pack parallelises across processes, not inside each."""
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    os.environ["RAYON_NUM_THREADS"] = "1"
+def set_parallelism(threads: int) -> None:
+    """Make the next `tokenizers` batch call use `threads` threads (1: the calling thread only)."""
+    if threads == 1:
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    else:
+        os.environ["TOKENIZERS_PARALLELISM"] = "true"
+        if threads > 1:
+            os.environ.setdefault("RAYON_NUM_THREADS", str(threads))
 
 
-def load_hf_json(path: str):
-    import tokenizers
-
+def load_hf_json(path: str) -> Any:
+    """A `tokenizers.Tokenizer` set up for document encoding (see the module docstring)."""
     p = Path(path)
     if not p.is_file():
-        raise TokenizerError(f"{path}: tokenizer file not found")
+        raise TokenizerError(f"{path}: tokenizer file not found; give the path of a Hugging Face "
+                             "tokenizer.json (or a model directory that contains one)")
     try:
-        return tokenizers.Tokenizer.from_file(str(p))
-    except Exception as e:  # the library raises a bare Exception on malformed files
-        raise TokenizerError(f"{path}: not a loadable Hugging Face tokenizer.json ({str(e)[:200]})") from None
+        tok = tokenizers.Tokenizer.from_file(str(p))
+    except BaseException as e:  # a bare Exception for malformed JSON, a pyo3 PanicException for bad contents
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        raise TokenizerError(f"{path}: not a loadable Hugging Face tokenizer.json ({str(e)[:200]}); "
+                             "check the file is complete and was saved by `tokenizers`") from None
+    tok.encode_special_tokens = True
+    tok.no_truncation()
+    tok.no_padding()
+    return tok
 
 
 class HFTokenizer:
-    def __init__(self, path: str, *, threads: int = 1,  # 0: the library's own thread pool
-                 eos: str | None = None, bos: str | None = None) -> None:
-        if threads == 1:
-            set_single_threaded()
+    """`tokenizers` as the encoder; `fastpath_note` says why the tiktoken fast path is not used, if so."""
+
+    def __init__(self, path: str, *, threads: int = 1, eos: str | None = None, bos: str | None = None,
+                 fastpath_note: str | None = None) -> None:
+        if threads < 0:
+            raise TokenizerError(f"threads must be ≥ 0 (0: one per core), got {threads}")
+        self._threads = threads
         self._tok = load_hf_json(path)
+        self.fastpath_note = fastpath_note
         vocab = self._tok.get_vocab(with_added_tokens=True)
+        where = str(path)
         self.spec = TokenizerSpec(
             kind="hf", name=Path(path).name, path=str(path), vocab_size=max(vocab.values()) + 1,
-            eos_id=pick_special(vocab, eos, EOS_CANDIDATES), bos_id=pick_special(vocab, bos, BOS_CANDIDATES),
+            eos_id=pick_special(vocab, eos, EOS_CANDIDATES, what="eos", where=where),
+            bos_id=pick_special(vocab, bos, BOS_CANDIDATES, what="bos", where=where),
             sha256=file_sha256(path), backend="hf")
 
     def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        encs = self._tok.encode_batch(list(texts), add_special_tokens=False)
-        return concat_ids([np.asarray(e.ids, dtype=np.uint32) for e in encs])
+        """Per-token Python ints are unavoidable here: `tokenizers` only returns ids as lists."""
+        set_parallelism(self._threads)
+        try:
+            encodings = self._tok.encode_batch(list(texts), add_special_tokens=False)
+        except (TypeError, UnicodeEncodeError):
+            raise surrogate_error(texts, "tokenizers") from None
+        return flatten_lists([e.ids for e in encodings])
 
     def decode(self, ids: Sequence[int] | np.ndarray) -> str:
-        return self._tok.decode([int(i) for i in ids], skip_special_tokens=False)
+        return self._tok.decode(np.asarray(ids, dtype=np.int64).ravel().tolist(), skip_special_tokens=False)

@@ -1,85 +1,101 @@
-"""Tokenizer spec strings → tokenizers, and the pack start-up decision between backends.
+"""Tokenizer spec strings → tokenizers, and the pack's start-up choice between backends.
 
-    bytes                      the built-in UTF-8 byte tokenizer
-    PATH/tokenizer.json        a Hugging Face tokenizer file (also "hf:PATH")
-    tiktoken:PATH[?...]        a tiktoken ranks file (see tiktoken_file.py)
-    PATH.model                 a SentencePiece model (also "sentencepiece:PATH")
+    bytes                         the built-in UTF-8 byte tokenizer (no file)
+    PATH.json | DIR | hf:PATH     a Hugging Face tokenizer.json (DIR: a directory holding tokenizer.json)
+    tiktoken:PATH[?options]       a tiktoken ranks file (options: see tiktoken_file.py); also PATH.tiktoken
+    PATH.model | sentencepiece:PATH   a SentencePiece model (also spm:PATH)
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
-from ..errors import ConfigError, TokenizerError
-from .base import Tokenizer
+from ..errors import TokenizerError
+from .base import Backend, Tokenizer
 from .bytes_tokenizer import BytesTokenizer
-from .fastpath import FastPathRefused, TiktokenTokenizer
+from .fastpath import FastPathRefused, fast_hf_tokenizer
 from .hf import HFTokenizer
-from .selfcheck import compare
+from .selfcheck import compare_backends
 from .sentencepiece_model import SentencePieceTokenizer
 from .tiktoken_file import load_tiktoken_file
 
 __all__ = ["parse_spec", "load_tokenizer", "load_tokenizer_checked"]
 
-BACKENDS = ("auto", "hf", "tiktoken")
+_PREFIXES = {"hf:": "hf", "tiktoken:": "tiktoken", "sentencepiece:": "sentencepiece", "spm:": "sentencepiece"}
+_SUFFIXES = {".json": "hf", ".tiktoken": "tiktoken", ".model": "sentencepiece"}
+_NATIVE = {"bytes": "bytes", "tiktoken": "tiktoken", "sentencepiece": "sentencepiece"}
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
-    """(kind, argument) of a spec string."""
+    """(kind, argument) of a spec string: kind is bytes, hf, tiktoken or sentencepiece."""
     s = spec.strip()
     if s == "bytes":
         return "bytes", ""
-    for prefix, kind in (("hf:", "hf"), ("tiktoken:", "tiktoken"), ("sentencepiece:", "sentencepiece"),
-                         ("spm:", "sentencepiece")):
+    for prefix, kind in _PREFIXES.items():
         if s.startswith(prefix):
-            return kind, s[len(prefix):]
-    if s.endswith(".json"):
-        return "hf", s
-    if s.endswith(".model"):
-        return "sentencepiece", s
-    if s.endswith(".tiktoken"):
-        return "tiktoken", s
-    raise TokenizerError(f"unknown tokenizer spec {spec!r}: use 'bytes', a tokenizer.json path, "
-                         "'tiktoken:FILE' or a SentencePiece .model path")
+            arg = s[len(prefix):]
+            if kind == "hf" and Path(arg).is_dir():
+                arg = str(Path(arg) / "tokenizer.json")
+            return kind, arg
+    if Path(s).is_dir() and (Path(s) / "tokenizer.json").is_file():
+        return "hf", str(Path(s) / "tokenizer.json")
+    by_suffix = _SUFFIXES.get(Path(s.partition("?")[0]).suffix.lower())
+    if by_suffix is None:
+        raise TokenizerError(f"unknown tokenizer spec {spec!r}: use 'bytes', a tokenizer.json path (or hf:PATH), "
+                             "tiktoken:PATH for a tiktoken ranks file, or a SentencePiece .model path "
+                             "(hub names are not downloaded: give a local file)")
+    return by_suffix, s
 
 
-def load_tokenizer(spec: str, *, backend: str = "auto", threads: int = 1, eos: str | None = None,
+def load_tokenizer(spec: str, *, backend: str | Backend = "auto", threads: int = 1, eos: str | None = None,
                    bos: str | None = None) -> Tokenizer:
-    """Load a tokenizer; for tokenizer.json, `auto` takes the tiktoken fast path when it is exact."""
-    if backend not in BACKENDS:
-        raise ConfigError(f"tokenizer backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    """Load a tokenizer; for a tokenizer.json, `auto` takes the tiktoken fast path when it is exact.
+
+    `backend` only concerns tokenizer.json files ("hf" forces `tokenizers`, "tiktoken" forces the fast
+    path or fails); other kinds accept "auto" or their own backend. `threads=1` (what each pack worker
+    uses) encodes on the calling thread only; 0 means one thread per core. `eos`/`bos` name the
+    special tokens to use instead of the detected ones.
+    """
+    chosen = Backend.parse(backend)
     kind, arg = parse_spec(spec)
+    if kind != "hf" and chosen is not Backend.AUTO and chosen.value != _NATIVE[kind]:
+        raise TokenizerError(f"{spec!r} is a {kind} tokenizer; backend {chosen.value!r} only applies to "
+                             "tokenizer.json files (use backend 'auto')")
     if kind == "bytes":
         return BytesTokenizer()
     if kind == "tiktoken":
-        return load_tiktoken_file(arg)
+        return load_tiktoken_file(arg, threads=threads, eos=eos, bos=bos)
     if kind == "sentencepiece":
-        return SentencePieceTokenizer(arg, threads=threads)
-    if backend == "hf":
+        return SentencePieceTokenizer(arg, threads=threads, eos=eos, bos=bos)
+    if chosen is Backend.HF:
         return HFTokenizer(arg, threads=threads, eos=eos, bos=bos)
     try:
-        return TiktokenTokenizer.from_hf_json(arg, eos=eos, bos=bos)
+        return fast_hf_tokenizer(arg, threads=threads, eos=eos, bos=bos)
     except FastPathRefused as why:
-        if backend == "tiktoken":
-            raise TokenizerError(f"{arg}: the tiktoken fast path is not exact for this file: {why}") from None
-        tok = HFTokenizer(arg, threads=threads, eos=eos, bos=bos)
-        tok.fastpath_note = f"tiktoken fast path refused: {why}"  # type: ignore[attr-defined]
-        return tok
+        if chosen is Backend.TIKTOKEN:
+            raise TokenizerError(f"{arg}: the tiktoken fast path is not exact for this file: {why}; "
+                                 "use backend 'auto' or 'hf'") from None
+        return HFTokenizer(arg, threads=threads, eos=eos, bos=bos, fastpath_note=f"tiktoken fast path refused: {why}")
 
 
-def load_tokenizer_checked(spec: str, sample_texts: Sequence[str], *, backend: str = "auto"
+def load_tokenizer_checked(spec: str, sample_texts: Sequence[str], *, backend: str | Backend = "auto",
+                           threads: int = 1, eos: str | None = None, bos: str | None = None
                            ) -> tuple[Tokenizer, str | None]:
-    """The tokenizer pack will use, and a note for the user when the fast path was not taken.
+    """The tokenizer a pack uses, and a note for the user when the fast path was wanted but not taken.
 
-    With `auto` and a tokenizer.json on the fast path, both backends encode `sample_texts` (real input);
-    any difference falls back to `tokenizers` and the note says where they differed.
+    On the fast path, both backends encode `sample_texts` (real input) at start-up; any difference
+    falls back to `tokenizers` (or, with backend "tiktoken", fails) and the note says where they differ.
     """
-    tok = load_tokenizer(spec, backend=backend)
-    note = getattr(tok, "fastpath_note", None)
-    kind, arg = parse_spec(spec)
-    if backend == "auto" and kind == "hf" and isinstance(tok, TiktokenTokenizer):
-        ref = HFTokenizer(arg, threads=0)  # all cores here: this runs once, in the main process
-        diff = compare(tok, ref, sample_texts)
-        if diff is not None:
-            return ref, f"fast path disagreed with tokenizers on the input sample ({diff}); using tokenizers"
-    return tok, note
+    chosen = Backend.parse(backend)
+    tok = load_tokenizer(spec, backend=chosen, threads=threads, eos=eos, bos=bos)
+    if tok.spec.kind != "hf" or tok.spec.backend != "tiktoken":
+        return tok, getattr(tok, "fastpath_note", None)
+    path = tok.spec.path or ""
+    result = compare_backends(path, sample_texts, fast=tok)
+    if result.ok:
+        return tok, None
+    if chosen is Backend.TIKTOKEN:
+        raise TokenizerError(f"{path}: {result.describe()}; use backend 'auto' or 'hf'")
+    note = f"{result.describe()}; using tokenizers"
+    return HFTokenizer(path, threads=threads, eos=eos, bos=bos, fastpath_note=note), note

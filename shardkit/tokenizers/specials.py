@@ -1,4 +1,4 @@
-"""Guessing EOS/BOS from a vocabulary's special tokens, the same way for every file format."""
+"""Finding EOS/BOS among a vocabulary's special tokens, the same way for every file format."""
 
 from __future__ import annotations
 
@@ -8,15 +8,18 @@ from ..errors import TokenizerError
 
 __all__ = ["EOS_CANDIDATES", "BOS_CANDIDATES", "pick_special"]
 
-EOS_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eot_id|>", "<|im_end|>")
+# Document boundaries, not chat-turn ends: <|eot_id|> / <|im_end|> are deliberately absent.
+EOS_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>")
 BOS_CANDIDATES = ("<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>")
 
 
-def pick_special(vocab: Mapping[str, int], override: str | None, candidates: tuple[str, ...]) -> int | None:
-    """The id of `override` if given (it must exist), else of the first candidate present."""
+def pick_special(vocab: Mapping[str, int], override: str | None, candidates: tuple[str, ...],
+                 *, what: str, where: str) -> int | None:
+    """The id of `override` if given (it must exist), else of the first candidate the vocabulary has."""
     if override is not None:
         if override not in vocab:
-            raise TokenizerError(f"special token {override!r} is not in the tokenizer's vocabulary")
+            raise TokenizerError(f"{where}: {what} token {override!r} is not in the tokenizer's vocabulary; "
+                                 f"give a token the file defines")
         return vocab[override]
     for c in candidates:
         if c in vocab:
