@@ -75,7 +75,7 @@ def test_global_stream_is_independent_of_world_size_micro_batches_and_resume(dat
     path, _ = dataset
     kw = dict(seq_len=SEQ, seed=seed, batch_schedule=Ramp(start=8, increment=8, ramp_samples=60, final=16),
               max_epochs=1)
-    reference = {b: (i, l) for b, i, l in _stream(Loader(path, **kw))}
+    reference = {b: (ids, lab) for b, ids, lab in _stream(Loader(path, **kw))}
     first = Loader(path, **kw)
     _stream(first, resume_at)
     state = json.loads(json.dumps(first.state_dict()))
@@ -86,8 +86,8 @@ def test_global_stream_is_independent_of_world_size_micro_batches_and_resume(dat
         ranks.append(_stream(loader))
     by_batch = {}
     for r in range(world):
-        for b, i, l in ranks[r]:
-            by_batch.setdefault(b, [[] for _ in range(world)])[r].append((i, l))
+        for b, ids, lab in ranks[r]:
+            by_batch.setdefault(b, [[] for _ in range(world)])[r].append((ids, lab))
     assert sorted(by_batch) == [b for b in sorted(reference) if b >= resume_at]
     for b, per_rank in by_batch.items():
         got_i = np.concatenate([i for rows in per_rank for i, _ in rows])
