@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import ManifestError
 from .idx import IndexFile, check_index_arrays, read_index
+from .listing import scan_directory
 from .manifest import Manifest, ShardEntry
 
 __all__ = ["Dataset", "Shard", "open_dataset"]
@@ -184,22 +185,13 @@ def _cumulative(counts: list[int]) -> np.ndarray:
 
 def _check_files(path: Path, manifest: Manifest) -> None:
     """Every shard file present, a regular file inside the dataset, with the size the manifest records."""
-    sizes: dict[str, int] = {}
-    real_root = os.path.realpath(path)
-    with os.scandir(path) as it:
-        for de in it:
-            if de.is_symlink():
-                target = os.path.realpath(de.path)
-                if os.path.commonpath([real_root, target]) != real_root:
-                    continue  # a link out of the dataset is treated as absent
-            if de.is_file():
-                sizes[de.name] = de.stat().st_size
+    listing = scan_directory(path)
     for e in manifest.shards:
         for fname, expected in ((e.bin_name, e.bin_bytes), (e.idx_name, e.idx_bytes), (e.sum_name, None)):
-            size = sizes.get(fname)
+            size = listing.files.get(fname)
             if size is None:
-                raise ManifestError(str(path / fname), f"shard file missing (shard {e.name}); restore it or "
-                                                       "re-pack the dataset")
+                raise ManifestError(str(path / fname), f"shard file {listing.absent_reason(fname)} (shard "
+                                                       f"{e.name}); restore it or re-pack the dataset")
             if expected is not None and size != expected:
                 raise ManifestError(str(path / fname), f"size {size:,} bytes, manifest records {expected:,} "
                                                        "(truncated, appended to, or replaced)")

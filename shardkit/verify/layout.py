@@ -9,63 +9,23 @@ byte-for-byte what shardkit writes: an added or dropped newline is a change the 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ManifestError, ResumeError
+from ..format.listing import DirListing
 from ..format.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest
 from ..writer.journal import JOURNAL_NAME, Journal
 from .report import Check, Problem
 
 __all__ = [
-    "DirListing",
     "ManifestResult",
     "canonical_manifest_bytes",
     "extra_files",
     "load_manifest",
-    "scan_directory",
 ]
 
 _PACK_FILES = (".shardkit-lock", JOURNAL_NAME)  # pack's own bookkeeping, never data
-
-
-@dataclass(frozen=True)
-class DirListing:
-    """Entries of the dataset directory by kind; sizes only for regular files that stay inside it."""
-
-    files: dict[str, int]
-    outside: frozenset[str]  # symlinks resolving outside the dataset (treated as absent)
-    others: frozenset[str]  # directories, FIFOs, sockets, broken links
-
-    def absent_reason(self, name: str) -> str:
-        if name in self.outside:
-            return "a symlink pointing outside the dataset (treated as missing)"
-        if name in self.others:
-            return "not a regular file (treated as missing)"
-        return "missing"
-
-
-def scan_directory(path: Path) -> DirListing:
-    files: dict[str, int] = {}
-    outside: set[str] = set()
-    others: set[str] = set()
-    real_root = os.path.realpath(path)
-    with os.scandir(path) as it:
-        for de in it:
-            if de.is_symlink():
-                target = os.path.realpath(de.path)
-                if os.path.commonpath([real_root, target]) != real_root:
-                    outside.add(de.name)
-                    continue
-            try:
-                if de.is_file():
-                    files[de.name] = de.stat().st_size
-                    continue
-            except OSError:
-                pass
-            others.add(de.name)
-    return DirListing(files=files, outside=frozenset(outside), others=frozenset(others))
 
 
 @dataclass

@@ -17,11 +17,12 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..format.dataset import Dataset
+from ..format.listing import DirListing, scan_directory
 from ..format.manifest import MANIFEST_NAME, Manifest
 from .content import BlockTask, blocks_of, bounded_map, check_blocks
 from .decode import decode_samples, load_dataset_tokenizer, sample_doc_ids
 from .deep import check_tokens, token_rules
-from .layout import DirListing, extra_files, load_manifest, scan_directory
+from .layout import extra_files, load_manifest
 from .report import Check, Problem, Verdict, VerifyMode, VerifyProgress, VerifyReport
 from .structure import ShardState, check_shard
 

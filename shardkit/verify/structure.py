@@ -15,8 +15,8 @@ import numpy as np
 from ..errors import ManifestError
 from ..format.checksums import ShardChecksums, digest_bytes
 from ..format.idx import check_index_arrays, read_index
+from ..format.listing import DirListing
 from ..format.manifest import Manifest, ShardEntry
-from .layout import DirListing
 from .report import Check, Problem
 
 __all__ = ["HISTOGRAM_BINS", "ShardState", "check_shard", "size_problem"]
