@@ -26,6 +26,7 @@ from ..format.idx import MAX_SEQUENCE_TOKENS
 from ..format.manifest import Manifest, ShardEntry
 from ..sources import InputFile, list_inputs
 from ..tokenizers import load_tokenizer_checked
+from ..tokenizers.tiktoken_backend import TiktokenTokenizer
 from ..writer import JOURNAL_NAME, Journal, JournalEntry, ShardWriter
 from .chunks import Chunk, Skip, iter_chunks, sample_texts
 from .config import OnError, PackConfig, ResumeMode
@@ -255,7 +256,8 @@ def pack(config: PackConfig, *, progress: Callable[[PackProgress], None] | None 
         # workers load exactly the backend chosen here (after the self-check), never decide again
         setup = WorkerSetup(tokenizer=config.tokenize.tokenizer,
                             backend=spec.backend if spec.backend in ("hf", "tiktoken") else "auto", dtype=dtype.name,
-                            eos_id=eos, bos_id=bos, vocab_size=spec.vocab_size)
+                            eos_id=eos, bos_id=bos, vocab_size=spec.vocab_size,
+                            prebuilt=tokenizer if isinstance(tokenizer, TiktokenTokenizer) else None)
         chunks: Iterable[Chunk] = iter_chunks(files, config.reader, start_file=start_file,
                                               start_record=start_record, on_file_error=fail_file)
         try:
