@@ -79,9 +79,9 @@ class WindowSource:
         same = np.minimum.reduceat(shard, segments) == np.maximum.reduceat(shard, segments)
         return same & np.logical_and.reduceat(inside, segments), view_rows
 
-    def copy_rows(self, shard: int, view_rows: np.ndarray, out: np.ndarray) -> None:
-        """Copy whole windows of one shard (one C-level gather)."""
-        out[...] = self._rows_view(shard)[0][view_rows]
+    def gather_rows(self, shard: int, view_rows: np.ndarray) -> np.ndarray:
+        """Whole windows of one shard as a new (n, seq_len + 1) array: one C-level gather, one copy."""
+        return self._rows_view(shard)[0][view_rows]
 
     def fill_located(self, shard: np.ndarray, local: np.ndarray, out: np.ndarray) -> None:
         """`fill` for windows already located (the loader locates a whole chunk in one call)."""

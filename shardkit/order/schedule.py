@@ -133,6 +133,8 @@ class BatchSchedule(ABC):
 
 
 def _is_scalar(x: Any) -> bool:
+    if isinstance(x, int):  # the common case first: this runs per batch
+        return True
     return not isinstance(x, np.ndarray) and np.ndim(x) == 0
 
 
