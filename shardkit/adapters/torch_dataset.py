@@ -47,14 +47,17 @@ class ShardkitIterableDataset(IterableDataset):
         self.loader = loader
         self.token_dtype = token_dtype
         self._start_unit = loader.unit_index(loader.step, loader._micro)
-        self._next_unit: int | None = None  # inside a worker: the next unit this worker will yield
+        self._resume_unit: int | None = None  # set by load_state_dict (inside a worker: that worker's next unit)
+        self._next_unit: int | None = None  # the next unit this iterator (this worker) will yield
         self._stride = 1
 
     def __iter__(self):
-        info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        first = self._next_unit if self._next_unit is not None else self._start_unit + worker
-        self._stride = workers
+        # Every new iteration starts at the start point (or at a restored state), with or without workers:
+        # progress lives in the workers' copies, so the main-process object never continues on its own.
+        worker, workers = _worker()
+        first = self._resume_unit if self._resume_unit is not None else self._start_unit + worker
+        self._resume_unit = None
+        self._next_unit, self._stride = first, workers
         for unit, item in self.loader.iter_units(first, stride=workers):
             self._next_unit = unit + workers
             yield to_torch(item, self.token_dtype)
@@ -70,16 +73,25 @@ class ShardkitIterableDataset(IterableDataset):
         """Start the next iteration from a `state_after` / `Loader.state_dict` state (any worker count)."""
         self.loader.load_state_dict(state, force=force)
         self._start_unit = self.loader.unit_index(self.loader.step, self.loader._micro)
-        self._next_unit = None
+        self._resume_unit = self._next_unit = None
 
     def state_dict(self) -> dict[str, Any]:
         """Per-worker state for torchdata's StatefulDataLoader (JSON-able)."""
-        nxt = self._next_unit if self._next_unit is not None else self._start_unit
+        worker, workers = _worker()
+        nxt = self._next_unit if self._next_unit is not None else (
+            self._resume_unit if self._resume_unit is not None else self._start_unit + worker)
         b, k = self.loader.unit_position(nxt)
-        return {"loader": self.loader.state_at(b, k), "stride": self._stride}
+        return {"loader": self.loader.state_at(b, k), "stride": workers}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if not isinstance(state, dict) or "loader" not in state:
             raise ResumeError("state", "expected a ShardkitIterableDataset.state_dict()")
         self.loader.load_state_dict(state["loader"])
-        self._next_unit = self.loader.unit_index(self.loader.step, self.loader._micro)
+        self._resume_unit = self.loader.unit_index(self.loader.step, self.loader._micro)
+        self._next_unit = None
+
+
+def _worker() -> tuple[int, int]:
+    """(worker id, number of workers) of the calling DataLoader worker; (0, 1) in the main process."""
+    info = get_worker_info()
+    return (info.id, info.num_workers) if info is not None else (0, 1)

@@ -208,3 +208,45 @@ def test_torch_dataloader_workers_and_stateful_resume(dataset):
     dl2.load_state_dict(snap)
     rest = [item["input_ids"].numpy() for item in dl2]
     assert len(rest) == len(ref) - 7 and all(np.array_equal(a, b) for a, b in zip(rest, ref[7:]))
+
+
+@pytest.mark.parametrize("workers", [0, 2, 3])
+def test_stateful_dataloader_checkpoint_before_every_worker_has_yielded(dataset, workers):
+    """A snapshot taken in the first steps (some workers not started) must still resume exactly."""
+    pytest.importorskip("torch")
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+    from shardkit.torch import ShardkitIterableDataset
+
+    path, _ = dataset
+    kw = dict(seq_len=SEQ, seed=1, batch_schedule=4, max_epochs=1)
+
+    def make():
+        return stateful.StatefulDataLoader(ShardkitIterableDataset(Loader(path, **kw)), batch_size=None,
+                                           num_workers=workers)
+
+    for consumed in range(4):
+        dl = make()
+        it = iter(dl)
+        for _ in range(consumed):
+            next(it)
+        snap = json.loads(json.dumps(dl.state_dict()))
+        del it
+        dl2 = make()
+        dl2.load_state_dict(snap)
+        got = [int(b["batch_index"]) for _, b in zip(range(6), dl2)]
+        assert got == list(range(consumed, consumed + 6)), (workers, consumed)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_reiterating_a_dataloader_restarts_from_the_start_point_for_any_worker_count(dataset, workers):
+    pytest.importorskip("torch")
+    from torch.utils.data import DataLoader
+
+    from shardkit.torch import ShardkitIterableDataset
+
+    path, _ = dataset
+    dl = DataLoader(ShardkitIterableDataset(Loader(path, seq_len=SEQ, batch_schedule=4, max_epochs=1)),
+                    batch_size=None, num_workers=workers)
+    first = [int(b["batch_index"]) for _, b in zip(range(3), dl)]
+    again = [int(b["batch_index"]) for _, b in zip(range(3), dl)]
+    assert first == again == [0, 1, 2]
