@@ -69,6 +69,14 @@ class LoaderConfig:
                 raise ConfigError(f"{name} must be a positive integer or None, got {v!r}")
 
 
+def _sequence(first: int, stride: int, run: int, t0: int, k: int) -> np.ndarray:
+    """Items t0 … t0+k−1 of the index sequence: runs of `run` consecutive indices, `stride` apart."""
+    if stride < 1 or not 1 <= run <= stride:
+        raise ConfigError(f"stride {stride} and run {run}: runs must not overlap (1 ≤ run ≤ stride)")
+    t = t0 + np.arange(k, dtype=np.int64)
+    return first + (t // run) * stride + t % run if run > 1 else first + t * stride
+
+
 class Loader:
     """Iterate this rank's batches; `state_dict()` / `load_state_dict()` resume exactly, in O(1)."""
 
@@ -165,27 +173,37 @@ class Loader:
             self._batch, self._micro = (batch, micro + 1) if micro + 1 < rows["num_micro"] else (batch + 1, 0)
             yield rows
 
-    def iter_batches(self, first: int, first_micro: int = 0, *, stride: int = 1
-                     ) -> Iterator[tuple[int, int, dict[str, Any]]]:
-        """(batch, micro index, batch dict) for batches first, first+stride, … (stride splits work over workers)."""
+    def iter_batches(self, first: int, first_micro: int = 0, *, stride: int = 1, run: int = 1,
+                     stop: int | None = None) -> Iterator[tuple[int, int, dict[str, Any]]]:
+        """(batch, micro index, batch dict) for the batches `_sequence` names, below `stop` and the budget.
+
+        stride=1: every batch from `first`; stride=k: every k-th (worker w of k); run=g with stride=g·k:
+        runs of g consecutive batches, every k-th run (workers that ship groups of g batches).
+        """
         end = self.num_batches()
-        b = first
-        while end is None or b < end:
-            plan = self._plan_chunk(b, end, stride)
+        if stop is not None:
+            end = stop if end is None else min(end, stop)
+        t = 0
+        while True:
+            plan = self._plan_chunk(_sequence(first, stride, run, t, 1024), end)
+            if plan is None:
+                return
             yield from self._materialise(*plan, first_micro)
             first_micro = 0
-            b = int(plan[0][-1]) + stride
+            t += plan[0].size
 
-    def _plan_chunk(self, first: int, end: int | None, stride: int
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(batch indices, first row, end row, global size) of the next chunk of batches, vectorised.
+    def _plan_chunk(self, batches: np.ndarray, end: int | None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """(batch indices, first row, end row, global size) of the next chunk of `batches`, vectorised.
 
         A chunk holds up to ~_CHUNK_BYTES of this rank's rows (at least one batch); it stops before a batch
         that does not divide over the ranks, so the batches before it are delivered before the error.
         """
+        if end is not None:
+            batches = batches[batches < end]
+        if not batches.size:
+            return None
         limit = max(1, min(_CHUNK_ROWS, _CHUNK_BYTES // ((self.config.seq_len + 1) * self.dataset.dtype.itemsize)))
-        k = 1024 if end is None else min(1024, -(-(end - first) // stride))
-        batches = first + stride * np.arange(k, dtype=np.int64)
         sizes = self.schedule.size(batches)
         per = sizes // self.world_size
         n = max(1, int(np.searchsorted(np.cumsum(per), limit, side="right")))
@@ -295,15 +313,21 @@ class Loader:
         b = self.schedule.batch_at_sample(sample)
         return b, (sample - self.schedule.start(b)) // self._unit_rows()
 
-    def iter_units(self, first_unit: int, *, stride: int = 1) -> Iterator[tuple[int, dict[str, Any]]]:
-        """(unit index, item) for units first_unit, first_unit + stride, … — how workers split a rank's work."""
+    def iter_units(self, first_unit: int, *, stride: int = 1, run: int = 1, stop: int | None = None
+                   ) -> Iterator[tuple[int, dict[str, Any]]]:
+        """(unit index, item) for the units `_sequence(first_unit, stride, run)` names, below `stop`: how
+        workers split a rank's work (see `iter_batches`)."""
         if not self.config.micro_batch_size:
-            for b, _, item in self.iter_batches(first_unit, stride=stride):
+            for b, _, item in self.iter_batches(first_unit, stride=stride, run=run, stop=stop):
                 yield b, item
             return
-        u = first_unit
         end = self.num_batches()
+        t = 0
         while True:
+            u = first_unit + (t // run) * stride + t % run
+            t += 1
+            if stop is not None and u >= stop:
+                return
             b, k = self.unit_position(u)
             if end is not None and b >= end:
                 return
@@ -316,7 +340,6 @@ class Loader:
                                                 one * 0 + size, 0))
             item.update(micro_index=k, num_micro=size // self.world_size // m)
             yield u, item
-            u += stride
 
     # -- resume ---------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

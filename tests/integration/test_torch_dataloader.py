@@ -1,0 +1,109 @@
+"""ShardkitDataLoader: the same item sequence as the Loader for any worker count, group size and fields;
+exact resume with another worker count; shared memory cleaned up."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from shardkit.batching import BatchFields
+from shardkit.errors import ConfigError
+from shardkit.loader import Loader
+from shardkit.order import Ramp
+from shardkit.writer import write_dataset
+
+torch = pytest.importorskip("torch")
+from shardkit.torch import ShardkitDataLoader  # noqa: E402
+
+SEQ = 16
+
+
+@pytest.fixture(scope="module")
+def path(tmp_path_factory):
+    rng = np.random.default_rng(3)
+    docs = [rng.integers(0, 60000, size=int(rng.integers(1, 60)), dtype=np.uint16) for _ in range(250)]
+    p = tmp_path_factory.mktemp("tdl") / "ds"
+    write_dataset(p, docs, max_tokens_per_shard=1200, checksum_block_size=4096)
+    return p
+
+
+def _items(iterable, n=None):
+    out = []
+    for i, item in enumerate(iterable):
+        out.append({k: (v.numpy().copy() if hasattr(v, "numpy") else v) for k, v in item.items()})
+        if n is not None and i + 1 == n:
+            break
+    return out
+
+
+def _same(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert sorted(x) == sorted(y)
+        for k in x:
+            if isinstance(x[k], np.ndarray):
+                np.testing.assert_array_equal(x[k], y[k], err_msg=k)
+            else:
+                assert x[k] == y[k], k
+
+
+def _shm_names():
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+CASES = [
+    dict(batch_schedule=4),
+    dict(batch_schedule=Ramp(start=2, increment=2, ramp_samples=40, final=8), micro_batch_size=2),
+    dict(batch_schedule=6, world_size=3, rank=1,
+         fields=BatchFields(position_ids=True, cu_seqlens=True, loss_mask=True, mask_doc_boundary=True)),
+    dict(batch_schedule=4, fields=BatchFields(tokens_only=True)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+@pytest.mark.parametrize("workers,group", [(0, None), (1, 3), (2, None), (3, 2)])
+def test_same_items_as_the_loader(path, case, workers, group):
+    kw = dict(seq_len=SEQ, seed=5, max_epochs=1, **CASES[case])
+    ref = _items(Loader(path, **kw))
+    before = _shm_names()
+    got = _items(ShardkitDataLoader(Loader(path, **kw), num_workers=workers, group=group))
+    _same(got, ref)
+    assert _shm_names() <= before  # the segment is unlinked when the iteration ends
+
+
+def test_token_dtype_and_resume_with_another_worker_count(path):
+    kw = dict(seq_len=SEQ, seed=9, batch_schedule=4, max_epochs=2)
+    ref = _items(Loader(path, **kw))
+    dl = ShardkitDataLoader(Loader(path, **kw), num_workers=2, token_dtype=torch.long, group=3)
+    it = iter(dl)
+    first = [next(it) for _ in range(7)]
+    assert first[0]["input_ids"].dtype == torch.long
+    state = json.loads(json.dumps(dl.state_dict()))
+    del it  # abandon mid-stream: workers stop, the segment goes
+    for workers in (0, 1, 3):
+        again = ShardkitDataLoader(Loader(path, **kw), num_workers=workers)
+        again.load_state_dict(state)
+        rest = _items(again)
+        _same(rest, ref[7:])
+    _same([{k: (v.numpy() if hasattr(v, "numpy") else v) for k, v in x.items()} for x in first],
+          [{k: (v.astype(np.int64) if isinstance(v, np.ndarray) else v) for k, v in x.items()} for x in ref[:7]])
+
+
+def test_a_second_loop_continues_where_the_first_stopped(path):
+    kw = dict(seq_len=SEQ, seed=2, batch_schedule=4, max_epochs=1)
+    ref = _items(Loader(path, **kw))
+    dl = ShardkitDataLoader(Loader(path, **kw), num_workers=2, group=2)
+    head = _items(dl, 5)
+    assert dl.step == 5
+    _same(head + _items(dl), ref)
+
+
+def test_forbidden_arguments(path):
+    ld = Loader(path, seq_len=SEQ, batch_schedule=4)
+    with pytest.raises(ConfigError, match="batch_size"):
+        ShardkitDataLoader(ld, batch_size=2)
+    with pytest.raises(ConfigError, match="num_workers"):
+        ShardkitDataLoader(ld, num_workers=-1)
+    with pytest.raises(ConfigError, match="group"):
+        ShardkitDataLoader(ld, group=0)
