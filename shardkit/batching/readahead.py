@@ -90,6 +90,8 @@ class Readahead:
         self.enabled = enabled and _madvise is not None
         self._held: deque[tuple[int, int, np.ndarray]] = deque()  # (epoch, group, blocks) hinted, oldest first
         self._lock = threading.Lock()
+        self._hinted: set[int] = set()  # blocks hinted and not released since
+        self._worker: threading.Thread | None = None
         self._populate_ok = True
 
     def _ranges(self, blocks: np.ndarray):
@@ -128,14 +130,27 @@ class Readahead:
         if not self.enabled:
             return
         self.metrics.groups_entered += 1
+        wanted = np.unique(np.concatenate([b for b in (blocks, next_blocks) if b is not None]))
         release = []
         with self._lock:
             while len(self._held) > 1 and self._held[0][:2] != (epoch, group):
-                release.append(self._held.popleft()[2])
-        todo = [b for b in (blocks, next_blocks) if b is not None]
-        threading.Thread(target=self._work, args=(todo, release), daemon=True).start()
-        with self._lock:
+                # never drop blocks about to be read again (a small dataset is one group every epoch)
+                old = np.setdiff1d(self._held.popleft()[2], wanted)
+                if old.size:
+                    release.append(old)
+                    self._hinted.difference_update(old.tolist())
+            todo = np.array(sorted(set(wanted.tolist()) - self._hinted), dtype=np.int64)  # hint each block once
+            self._hinted.update(todo.tolist())
             self._held.append((epoch, group, blocks))
+        if release or todo.size:
+            self._worker = threading.Thread(target=self._work, args=([todo] if todo.size else [], release),
+                                            daemon=True)
+            self._worker.start()
+
+    def wait(self) -> None:
+        """Block until the last hints were issued (tests and benchmarks; the loader never waits)."""
+        if self._worker is not None:
+            self._worker.join()
 
     def _work(self, prefetch: list[np.ndarray], release: list[np.ndarray]) -> None:
         for blocks in release:

@@ -1,0 +1,64 @@
+"""Page-cache hints: each block hinted once while held, finished groups released, upcoming ones never."""
+
+import numpy as np
+import pytest
+
+from shardkit.batching.readahead import Readahead, ReadMetrics
+from shardkit.format import open_dataset
+from shardkit.writer import write_dataset
+
+SEQ = 64
+BLOCK = 16  # samples per block → 1024 tokens → 2 KiB of uint16
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ra") / "ds"
+    rng = np.random.default_rng(0)
+    write_dataset(path, [rng.integers(0, 1000, 4096, dtype=np.uint16) for _ in range(8)],
+                  max_tokens_per_shard=10_000)  # 32768 tokens in 4 shards: 32 blocks
+    return open_dataset(path)
+
+
+def _readahead(ds):
+    metrics = ReadMetrics()
+    ra = Readahead(ds, SEQ, BLOCK, metrics)
+    if not ra.enabled:
+        pytest.skip("madvise is not available here")
+    return ra, metrics
+
+
+def test_a_single_group_dataset_is_hinted_once_and_never_released(dataset):
+    ra, metrics = _readahead(dataset)
+    blocks = np.arange(32)
+    ra.enter_group(0, 0, blocks, blocks)
+    ra.wait()
+    first = metrics.bytes_prefetched
+    # each block's range starts at a page boundary, so 2 KiB blocks count up to a page more each
+    assert dataset.num_tokens * 2 <= first <= dataset.num_tokens * 2 + 32 * 4096
+    for epoch in range(1, 4):  # every epoch is the same group of all blocks
+        ra.enter_group(epoch, 0, blocks, blocks)
+        ra.wait()
+    assert metrics.bytes_released == 0
+    assert metrics.bytes_prefetched == first
+    assert metrics.groups_entered == 4
+
+
+def test_finished_groups_are_released_but_not_blocks_about_to_be_read(dataset):
+    ra, metrics = _readahead(dataset)
+    groups = [np.arange(g * 8, g * 8 + 8) for g in range(4)]
+    ra.enter_group(0, 0, groups[0], groups[1])
+    ra.enter_group(0, 1, groups[1], groups[2])
+    ra.wait()
+    assert metrics.bytes_released == 0  # the group just finished stays (it may still be read)
+    ra.enter_group(0, 2, groups[2], groups[3])
+    ra.wait()
+    released_group0 = metrics.bytes_released
+    assert released_group0 > 0
+    # next epoch starts with group 0's blocks again: entering it must not release them
+    ra.enter_group(1, 0, groups[0], groups[1])
+    ra.wait()
+    before = metrics.bytes_prefetched
+    ra.enter_group(1, 1, groups[1], groups[2])
+    ra.wait()
+    assert metrics.bytes_prefetched == before  # group 1 and 2 were still hinted: nothing new to hint
