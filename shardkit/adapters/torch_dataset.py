@@ -25,13 +25,29 @@ except ImportError as e:  # pragma: no cover - exercised only without torch
 __all__ = ["ShardkitIterableDataset", "to_torch"]
 
 
-def to_torch(batch: dict[str, Any], token_dtype: torch.dtype | None = None) -> dict[str, Any]:
-    """NumPy arrays → tensors sharing their memory (a copy only if `token_dtype` asks for a conversion)."""
+def to_torch(batch: dict[str, Any], token_dtype: torch.dtype | None = None, *, compact: bool = False
+             ) -> dict[str, Any]:
+    """NumPy arrays → tensors sharing their memory (a copy only if `token_dtype` asks for a conversion).
+
+    `compact` (inside DataLoader workers): copy the token rows once into their own buffer and make
+    input_ids/labels views of it, so one small storage crosses to the main process, not the whole slab
+    the rows are views of (torch shares a tensor's entire storage), twice.
+    """
     out: dict[str, Any] = {}
+    np_dtype = _numpy_dtype(token_dtype) if token_dtype is not None else None
+    if compact and "input_ids" in batch:
+        ids = batch["input_ids"]
+        rows = np.lib.stride_tricks.as_strided(ids, shape=(ids.shape[0], ids.shape[1] + 1), strides=ids.strides)
+        t = torch.from_numpy(rows.astype(np_dtype or rows.dtype))  # the window rows: input_ids ∪ labels
+        out["input_ids"], out["labels"] = t[:, :-1], t[:, 1:]
     for k, v in batch.items():
+        if k in out:
+            continue
         if isinstance(v, np.ndarray):
-            if token_dtype is not None and k in ("input_ids", "labels", "tokens"):
-                v = v.astype(_numpy_dtype(token_dtype))  # NumPy casts uint16 far faster than torch does
+            if np_dtype is not None and k in ("input_ids", "labels", "tokens"):
+                v = v.astype(np_dtype)  # NumPy casts uint16 far faster than torch does
+            elif compact and k == "tokens":
+                v = v.copy()
             out[k] = torch.from_numpy(v)
         else:
             out[k] = v
@@ -61,9 +77,10 @@ class ShardkitIterableDataset(IterableDataset):
         first = self._resume_unit if self._resume_unit is not None else self._start_unit + worker
         self._resume_unit = None
         self._next_unit, self._stride = first, workers
+        in_worker = get_worker_info() is not None
         for unit, item in self.loader.iter_units(first, stride=workers):
             self._next_unit = unit + workers
-            yield to_torch(item, self.token_dtype)
+            yield to_torch(item, self.token_dtype, compact=in_worker)
 
     # -- checkpointing -------------------------------------------------------------------------------------
     def state_after(self, item: dict[str, Any]) -> dict[str, Any]:

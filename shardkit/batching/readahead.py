@@ -133,7 +133,7 @@ class Readahead:
         wanted = np.unique(np.concatenate([b for b in (blocks, next_blocks) if b is not None]))
         release = []
         with self._lock:
-            while len(self._held) > 1 and self._held[0][:2] != (epoch, group):
+            while self._held and self._held[0][:2] != (epoch, group):  # delivery is in order: done
                 # never drop blocks about to be read again (a small dataset is one group every epoch)
                 old = np.setdiff1d(self._held.popleft()[2], wanted)
                 if old.size:
