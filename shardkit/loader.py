@@ -52,6 +52,9 @@ class LoaderConfig:
     rank: int | None = None
     world_size: int | None = None
     readahead: bool = True  # page-cache hints for the next shuffle group (see batching/readahead.py)
+    # what happens to a finished group's pages: "evict" from the page cache, or "unmap" (leave them cached
+    # for other readers of the same files); either way this process's RSS does not grow
+    release: str = "evict"
 
     def __post_init__(self) -> None:
         if not isinstance(self.seq_len, int) or self.seq_len < 1:
@@ -63,6 +66,8 @@ class LoaderConfig:
             schedule = parse_schedule(schedule)
         object.__setattr__(self, "batch_schedule", schedule)
         object.__setattr__(self, "shuffle", ShuffleMode.parse(self.shuffle))
+        if self.release not in ("evict", "unmap"):
+            raise ConfigError(f"release must be 'evict' or 'unmap', got {self.release!r}")
         for name in ("max_tokens", "max_epochs", "micro_batch_size"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or v <= 0):
@@ -110,7 +115,10 @@ class Loader:
         self._group: tuple[int, int] | None = None
         self.metrics = ReadMetrics()
         self.readahead = Readahead(self.dataset, config.seq_len, self.order.block, self.metrics,
-                                   enabled=config.readahead)
+                                   enabled=config.readahead,
+                                   evict=config.release == "evict")
+        if self.shuffle.mode is ShuffleMode.FULL:
+            self.readahead.random_access()
         self._check_batch(0)
 
     # -- the stream as a pure function -------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import mmap
+import os
 import threading
 from collections import deque
 
@@ -82,7 +83,7 @@ class Readahead:
     """Issues WILLNEED/DONTNEED for whole shuffle blocks on a background thread (never blocks the loader)."""
 
     def __init__(self, dataset: Dataset, seq_len: int, block_samples: int, metrics: ReadMetrics,
-                 enabled: bool = True) -> None:
+                 enabled: bool = True, *, evict: bool = True) -> None:
         self.dataset = dataset
         self.block_tokens = block_samples * seq_len
         self.seq_len = seq_len
@@ -92,6 +93,7 @@ class Readahead:
         self._lock = threading.Lock()
         self._hinted: set[int] = set()  # blocks hinted and not released since
         self._worker: threading.Thread | None = None
+        self.evict = evict  # finished blocks leave the page cache too, not just this process's mapping
         self._populate_ok = True
 
     def _ranges(self, blocks: np.ndarray):
@@ -125,6 +127,31 @@ class Readahead:
             done += n
         return done
 
+    def random_access(self) -> None:
+        """Full shuffle: no kernel read-around on faults (MADV_RANDOM); neighbouring pages are not next."""
+        if not self.enabled:
+            return
+        for shard in self.dataset.shards:
+            tokens = shard.tokens
+            if tokens.nbytes:
+                _advise_range(tokens, 0, tokens.nbytes, mmap.MADV_RANDOM)
+
+    def _evict(self, blocks: np.ndarray) -> None:
+        """Drop finished blocks from the page cache (POSIX_FADV_DONTNEED), so the cache holds the working
+        set and the kernel never has to pick what to drop: under memory pressure it may pick the group
+        being read. Ranks on a node read the same group at the same time, so they finish it together."""
+        for s, start, length in self._ranges(blocks):
+            try:
+                fd = os.open(self.dataset.shards[s].bin_path, os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                os.posix_fadvise(fd, start, length, os.POSIX_FADV_DONTNEED)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+
     def enter_group(self, epoch: int, group: int, blocks: np.ndarray, next_blocks: np.ndarray | None) -> None:
         """Called when delivery reaches a new group: hint it and the next, release groups before it."""
         if not self.enabled:
@@ -155,6 +182,8 @@ class Readahead:
     def _work(self, prefetch: list[np.ndarray], release: list[np.ndarray]) -> None:
         for blocks in release:
             self.metrics.bytes_released += self._advise(blocks, mmap.MADV_DONTNEED)
+            if self.evict:
+                self._evict(blocks)
         for blocks in prefetch:
             advice = _POPULATE_READ if self._populate_ok else mmap.MADV_WILLNEED
             self.metrics.bytes_prefetched += self._advise(blocks, advice)

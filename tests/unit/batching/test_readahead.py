@@ -1,5 +1,6 @@
 """Page-cache hints: each block hinted once while held, finished groups released, upcoming ones never."""
 
+
 import numpy as np
 import pytest
 
@@ -68,3 +69,49 @@ def test_finished_groups_are_released_but_not_blocks_about_to_be_read(dataset):
     ra.wait()
     assert metrics.bytes_prefetched - before == group2_bytes  # only group 2 (released since) is hinted again
     assert metrics.bytes_released > released
+
+
+_MINCORE = """
+import ctypes, mmap, os, sys
+import numpy as np
+libc = ctypes.CDLL(None, use_errno=True)
+size = os.path.getsize(sys.argv[1])
+with open(sys.argv[1], "rb") as f:
+    m = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+arr = np.frombuffer(m, dtype=np.uint8)
+vec = (ctypes.c_ubyte * (-(-size // mmap.PAGESIZE)))()
+rc = libc.mincore(ctypes.c_void_p(arr.ctypes.data), ctypes.c_size_t(size), vec)
+print(-1 if rc else sum(v & 1 for v in vec))
+"""
+
+
+def _resident_pages(path) -> int:
+    """Pages of `path` in the page cache, asked by a fresh process (no mapping of ours pins them)."""
+    import subprocess
+    import sys
+
+    out = int(subprocess.run([sys.executable, "-c", _MINCORE, str(path)], capture_output=True, text=True,
+                             check=True).stdout)
+    if out < 0:
+        pytest.skip("mincore is not available")
+    return out
+
+
+def test_evict_drops_finished_blocks_from_the_page_cache(dataset):
+    # one block spans the first shard: the kernel drops whole page-cache folios only, and a small file
+    # read in one go may sit in one large folio
+    metrics = ReadMetrics()
+    ra = Readahead(dataset, SEQ, dataset.shards[0].num_tokens // SEQ + 1, metrics)
+    if not ra.enabled:
+        pytest.skip("madvise is not available here")
+    path = dataset.shards[0].bin_path
+    with open(path, "rb") as f:
+        f.read()  # bring the whole file into the page cache
+    assert _resident_pages(path) > 0
+    ra._work([], [np.array([0])])  # unmap, then evict (mapped pages cannot be evicted)
+    assert _resident_pages(path) == 0
+    kept = Readahead(dataset, SEQ, dataset.shards[0].num_tokens // SEQ + 1, metrics, evict=False)
+    with open(path, "rb") as f:
+        f.read()
+    kept._work([], [np.array([0])])
+    assert _resident_pages(path) > 0  # release="unmap": the pages stay cached for other readers
