@@ -3,6 +3,15 @@ import json
 import pytest
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache_dir(tmp_path_factory):
+    """Tests never read or write the user's ~/.cache/shardkit (compiled fast-path encodings)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SHARDKIT_CACHE_DIR", str(tmp_path_factory.mktemp("shardkit-cache")))
+    yield
+    mp.undo()
+
+
 @pytest.fixture()
 def small_corpus(tmp_path):
     """A few inputs of different formats with known texts (and no bad records)."""

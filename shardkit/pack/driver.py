@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -254,10 +255,12 @@ def pack(config: PackConfig, *, progress: Callable[[PackProgress], None] | None 
 
         workers = config.effective_workers
         # workers load exactly the backend chosen here (after the self-check), never decide again
+        scratch = tempfile.TemporaryDirectory(prefix="shardkit-pack-")  # the compiled encoding, for workers
         setup = WorkerSetup(tokenizer=config.tokenize.tokenizer,
                             backend=spec.backend if spec.backend in ("hf", "tiktoken") else "auto", dtype=dtype.name,
                             eos_id=eos, bos_id=bos, vocab_size=spec.vocab_size,
-                            prebuilt=tokenizer if isinstance(tokenizer, TiktokenTokenizer) else None)
+                            compiled=str(tokenizer.save_compiled(Path(scratch.name)))
+                            if isinstance(tokenizer, TiktokenTokenizer) else None)
         chunks: Iterable[Chunk] = iter_chunks(files, config.reader, start_file=start_file,
                                               start_record=start_record, on_file_error=fail_file)
         try:
@@ -268,6 +271,8 @@ def pack(config: PackConfig, *, progress: Callable[[PackProgress], None] | None 
             writer.abort()
             journal.close()
             raise
+        finally:
+            scratch.cleanup()
         if not run.entries:
             journal.remove()
             raise PackError(f"no documents were packed from {len(files)} input file(s): "

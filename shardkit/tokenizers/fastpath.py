@@ -30,6 +30,7 @@ from tokenizers.models import BPE
 from tokenizers.normalizers import NFC
 
 from ..errors import TokenizerError
+from . import compiled_cache
 from .added_tokens import AddedTokenPlan, overlap
 from .base import TokenizerSpec, file_sha256
 from .bytelevel import GPT2_PATTERN, regex_problem, token_bytes
@@ -253,11 +254,24 @@ def compile_tiktoken(path: str) -> CompiledBPE:
 
 def fast_hf_tokenizer(path: str, *, threads: int = 1, eos: str | None = None,
                       bos: str | None = None) -> TiktokenTokenizer:
-    """A tokenizer.json encoded by tiktoken (spec kind "hf", backend "tiktoken"), or FastPathRefused."""
-    compiled = compile_tiktoken(path)
+    """A tokenizer.json encoded by tiktoken (spec kind "hf", backend "tiktoken"), or FastPathRefused.
+
+    A file compiled before (same SHA-256) is loaded from the per-user cache (compiled_cache.py).
+    """
+    try:
+        sha: str | None = file_sha256(path)
+    except OSError:
+        sha = None  # compile_tiktoken says what is wrong with the file
+    cached = compiled_cache.load_entry(sha) if sha else None
+    if cached is not None:
+        compiled = CompiledBPE(encoding=cached[0], vocab=cached[1], plan=cached[2])
+    else:
+        compiled = compile_tiktoken(path)
+        sha = sha or file_sha256(path)
+        compiled_cache.store_entry(sha, compiled.encoding, compiled.vocab, compiled.plan)
     vocab = compiled.vocab
     spec = TokenizerSpec(kind="hf", name=Path(path).name, path=str(path), vocab_size=max(vocab.values()) + 1,
                          eos_id=pick_special(vocab, eos, EOS_CANDIDATES, what="eos", where=str(path)),
                          bos_id=pick_special(vocab, bos, BOS_CANDIDATES, what="bos", where=str(path)),
-                         sha256=file_sha256(path), backend="tiktoken")
+                         sha256=sha, backend="tiktoken")
     return TiktokenTokenizer(compiled.encoding, spec, plan=compiled.plan, threads=threads)

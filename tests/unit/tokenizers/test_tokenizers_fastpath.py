@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from tokenizer_testutil import TEXT, TRAIN, add_tokens, edit_json, nfkc, split_pre_tokenizer, train_bytelevel
@@ -185,3 +186,44 @@ def test_nfc_with_added_tokens_equals_hf_on_any_text(tmp_path_factory, text):
         _CACHE[key] = _pair(path)
     fast, hf = _CACHE[key]
     assert compare(fast, hf, [text, text + "<tool>" + text]) is None
+
+
+def test_compiled_encoding_round_trips_through_files(tiny_json, tmp_path):
+    """What pack's workers load instead of compiling the tokenizer.json again: the same ids, spec, plan."""
+    from shardkit.tokenizers.tiktoken_backend import TiktokenTokenizer
+
+    added = add_tokens(tiny_json, tmp_path / "added.json", [AddedToken("<tool>", normalized=False),
+                                                            AddedToken("fox jumps", normalized=True)])
+    nfc = edit_json(added, tmp_path / "nfc.json", normalizer={"type": "NFC"})
+    texts = [TRAIN[0], "the <tool> fox jumps, café e\u0301 <|endoftext|>", ""]
+    for path in (tiny_json, added, nfc):
+        tok = load_tokenizer(str(path))
+        assert isinstance(tok, TiktokenTokenizer)
+        again = TiktokenTokenizer.load_compiled(tok.save_compiled(tmp_path / f"c-{path.stem}"))
+        assert again.spec == tok.spec and (again._plan is None) == (tok._plan is None)
+        a, b = tok.encode_batch(texts), again.encode_batch(texts)
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+        assert (tmp_path / f"c-{path.stem}" / "encoding.tiktoken").read_text().count("\n") > 256
+
+
+def test_compiled_cache_hit_miss_damage_and_unwritable(tiny_json, tmp_path, monkeypatch):
+    from shardkit.tokenizers import compiled_cache, fastpath
+
+    monkeypatch.setenv("SHARDKIT_CACHE_DIR", str(tmp_path / "cache"))
+    calls = []
+    real = fastpath.compile_tiktoken
+    monkeypatch.setattr(fastpath, "compile_tiktoken", lambda path: calls.append(path) or real(path))
+    first = load_tokenizer(str(tiny_json))
+    entries = list((tmp_path / "cache" / "fastpath").iterdir())
+    assert len(calls) == 1 and len(entries) == 1 and entries[0].name.endswith(f"-v{compiled_cache.FORMAT}")
+    second = load_tokenizer(str(tiny_json))  # from the cache: not compiled again
+    assert len(calls) == 1 and second.spec == first.spec
+    texts = [TRAIN[0], "x <|endoftext|> y"]
+    assert np.array_equal(first.encode_batch(texts)[0], second.encode_batch(texts)[0])
+    (entries[0] / "encoding.tiktoken").write_bytes(b"not base64 !!\n")  # damaged: compiled again, still right
+    third = load_tokenizer(str(tiny_json))
+    assert len(calls) == 2 and np.array_equal(first.encode_batch(texts)[0], third.encode_batch(texts)[0])
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    monkeypatch.setenv("SHARDKIT_CACHE_DIR", str(blocked / "sub"))  # cannot be created: ignored
+    assert np.array_equal(load_tokenizer(str(tiny_json)).encode_batch(texts)[0], first.encode_batch(texts)[0])
