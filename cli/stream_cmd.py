@@ -1,18 +1,28 @@
-"""`shardkit stream`: dry-run the loader — tokens/s, batches, and a digest of what was delivered."""
+"""`shardkit stream`: dry-run the loader — tokens/s, batches, and a digest of what was delivered.
+
+`shardkit stream DATASET` runs the single-source loader; `shardkit stream --recipe recipe.yaml` runs a
+mixture and ends with a table of what each source gave.
+"""
 
 from __future__ import annotations
 
 import json
+import warnings
 
 import click
+from click.core import ParameterSource
 
 from shardkit.loader import Loader
+from shardkit.mixture import RecipeWarning
+from shardkit.mixture.loader import MixtureLoader
 from shardkit.order import Ramp
-from shardkit.stream import stream
+from shardkit.stream import StreamReport, stream
 from shardkit.units import human_count
 
 from .options import json_option
 from .progress import StatusLine
+
+_LOADER_ONLY = ("seq_len", "batch_size", "ramp", "seed", "shuffle", "max_epochs")  # the recipe sets these
 
 
 def _ramp(ctx, param, value):
@@ -26,7 +36,10 @@ def _ramp(ctx, param, value):
 
 
 @click.command("stream")
-@click.argument("dataset", type=click.Path(exists=True, file_okay=False))
+@click.argument("dataset", type=click.Path(exists=True, file_okay=False), required=False)
+@click.option("--recipe", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Stream a mixture recipe (YAML, TOML or JSON) instead of one DATASET.")
+@click.option("--strict", is_flag=True, help="With --recipe: refuse mix weights that do not sum to 1.")
 @click.option("--seq-len", type=click.IntRange(min=1), default=2048, show_default=True)
 @click.option("--batch", "batch_size", type=click.IntRange(min=1), default=8, show_default=True,
               help="Global batch size (constant schedule).")
@@ -41,32 +54,103 @@ def _ramp(ctx, param, value):
               help="torch DataLoader workers (needs torch).")
 @click.option("--max-epochs", type=click.IntRange(min=1), default=None)
 @json_option
-def stream_cmd(dataset, seq_len, batch_size, ramp, seed, shuffle, steps, start_step, rank, world_size, workers,
-               max_epochs, as_json):
-    """Run the loader on DATASET without a trainer; print tokens/s and a digest of the batches."""
+@click.pass_context
+def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, shuffle, steps, start_step, rank,
+               world_size, workers, max_epochs, as_json):
+    """Run the loader on DATASET (or a --recipe mixture) without a trainer; print tokens/s and a digest."""
+    if (dataset is None) == (recipe is None):
+        raise click.UsageError("give either a DATASET directory or --recipe FILE (not both)")
+    if recipe is not None:
+        given = [n for n in _LOADER_ONLY if ctx.get_parameter_source(n) is ParameterSource.COMMANDLINE]
+        if given:
+            flag = "--" + {"batch_size": "batch"}.get(given[0], given[0]).replace("_", "-")
+            raise click.UsageError(f"{flag} does not apply with --recipe: the recipe sets it")
+        _stream_recipe(recipe, strict=strict, steps=steps, start_step=start_step, rank=rank,
+                       world_size=world_size, workers=workers, as_json=as_json)
+        return
+    if strict:
+        raise click.UsageError("--strict applies to --recipe only")
     loader = Loader(dataset, seq_len=seq_len, seed=seed, batch_schedule=ramp or batch_size, shuffle=shuffle,
                     rank=rank, world_size=world_size, max_epochs=max_epochs)
     if start_step:
         loader.load_state_dict(loader.state_at(start_step))
-    status = StatusLine(enabled=not as_json)
-    try:
-        report = stream(loader, steps=steps, workers=workers,
-                        progress=lambda b, t, s: status.update(f"streaming {b} batches, {human_count(t / max(s, 1e-9))} tok/s"))
-    finally:
-        status.close()
-    out = {"dataset": dataset, "batches": report.batches, "samples": report.samples, "tokens": report.tokens,
-           "seconds": round(report.seconds, 4), "tokens_per_s": round(report.tokens_per_s),
-           "first_batch": report.first_batch, "last_batch": report.last_batch, "digest": report.digest,
-           "rank": rank, "world_size": world_size, "workers": workers, "metrics": report.metrics,
+    report = _run(loader, steps, workers, as_json)
+    out = {"dataset": dataset, **_common(report, rank, world_size, workers),
            "state_after": loader.state_at(report.last_batch + 1) if report.batches else None}
     if as_json:
         click.echo(json.dumps(out, indent=2))
         return
-    click.echo(f"streamed {report.batches} batches ({report.first_batch}..{report.last_batch}), "
-               f"{human_count(report.samples)} samples, {human_count(report.tokens)} tokens in "
-               f"{report.seconds:.2f}s: {human_count(report.tokens_per_s)} tok/s")
+    _echo_summary(report)
     m = report.metrics
     click.echo(f"  reads: {m['bytes_copied'] / 2**20:.1f} MiB copied, {m['epoch_distinct_blocks']} distinct "
                f"shuffle blocks this epoch, {m['groups_entered']} groups entered, "
                f"{m['bytes_prefetched'] / 2**20:.0f} MiB hinted ahead")
     click.echo(f"  digest {report.digest}")
+
+
+def _run(loader, steps, workers, as_json) -> StreamReport:
+    status = StatusLine(enabled=not as_json)
+    try:
+        return stream(loader, steps=steps, workers=workers,
+                      progress=lambda b, t, s: status.update(f"streaming {b} batches, {human_count(t / max(s, 1e-9))} tok/s"))
+    finally:
+        status.close()
+
+
+def _common(report: StreamReport, rank, world_size, workers) -> dict:
+    return {"batches": report.batches, "samples": report.samples, "tokens": report.tokens,
+            "seconds": round(report.seconds, 4), "tokens_per_s": round(report.tokens_per_s),
+            "first_batch": report.first_batch, "last_batch": report.last_batch, "digest": report.digest,
+            "rank": rank, "world_size": world_size, "workers": workers, "metrics": report.metrics}
+
+
+def _echo_summary(report: StreamReport) -> None:
+    click.echo(f"streamed {report.batches} batches ({report.first_batch}..{report.last_batch}), "
+               f"{human_count(report.samples)} samples, {human_count(report.tokens)} tokens in "
+               f"{report.seconds:.2f}s: {human_count(report.tokens_per_s)} tok/s")
+
+
+def _stream_recipe(recipe, *, strict, steps, start_step, rank, world_size, workers, as_json) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RecipeWarning)
+        loader = MixtureLoader(recipe, strict=strict, rank=rank, world_size=world_size)
+        if start_step:
+            loader.load_state_dict(loader.state_at(start_step))
+        report = _run(loader, steps, workers, as_json)
+    notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, RecipeWarning)))
+    position = report.last_batch + 1 if report.batches else loader.step
+    mixture = loader.metrics.to_json(batch=position)
+    ended = position >= loader.num_batches()
+    out = {"recipe": recipe, "fingerprint": loader.fingerprint, **_common(report, rank, world_size, workers),
+           "mixture": mixture, "ended": ended, "end_reason": loader.end_reason if ended else None,
+           "warnings": notes, "state_after": loader.state_at(position)}
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    for note in notes:
+        click.echo(f"warning: {note}", err=True)
+    _echo_summary(report)
+    phases = loader.plan.phases
+    where = (f"phase {mixture['phase'] + 1}/{len(phases)} {mixture['phase_name']!r}, batch "
+             f"{mixture['phase_batch']:,} of {mixture['phase_batches']:,}, seq_len {mixture['seq_len']:,}"
+             if mixture["phase"] is not None else "the end of the recipe")
+    click.echo(f"  recipe {loader.fingerprint[:12]} ({len(phases)} phases, {loader.num_batches():,} batches); "
+               f"next batch {position:,}: {where}")
+    if ended:
+        click.echo(f"  run ended: {loader.end_reason}")
+    click.echo(_table(mixture))
+    click.echo(f"  reads: {mixture['bytes_copied'] / 2**20:.1f} MiB copied, {mixture['groups_entered']} groups "
+               f"entered, {mixture['bytes_prefetched'] / 2**20:.0f} MiB hinted ahead")
+    click.echo(f"  digest {report.digest}")
+
+
+def _table(m: dict) -> str:
+    """Per source: weight in the current phase, consumed samples/tokens (all ranks), share, epoch."""
+    total = max(1, m["tokens"])
+    rows = [("source", "weight", "samples", "tokens", "share", "epoch", "epochs")]
+    for name, s in m["sources"].items():
+        rows.append((name, f"{s['weight']:.4g}", human_count(s["samples"]), human_count(s["tokens"]),
+                     f"{100 * s['tokens'] / total:.1f}%", f"{s['epoch_fraction']:.3f}", str(s["epochs"])))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in
+                                      enumerate(zip(r, widths))) for r in rows)

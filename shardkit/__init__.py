@@ -15,6 +15,7 @@ from .errors import (  # noqa: E402
 )
 from .format import Dataset, Manifest, open_dataset  # noqa: E402
 from .loader import Loader, LoaderConfig  # noqa: E402
+from .mixture import MixtureLoader, Recipe, load_recipe  # noqa: E402
 from .order import Constant, Piecewise, Ramp  # noqa: E402
 from .verify import verify_dataset  # noqa: E402
 
@@ -28,14 +29,17 @@ __all__ = [
     "LoaderConfig",
     "Manifest",
     "ManifestError",
+    "MixtureLoader",
     "MissingDependencyError",
     "PackError",
     "Piecewise",
     "Ramp",
+    "Recipe",
     "ReaderError",
     "ResumeError",
     "ShardkitError",
     "TokenizerError",
+    "load_recipe",
     "open_dataset",
     "verify_dataset",
 ]

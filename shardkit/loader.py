@@ -121,6 +121,13 @@ class Loader:
             self.readahead.random_access()
         self._check_batch(0)
 
+    @classmethod
+    def from_recipe(cls, recipe: Any, **kwargs: Any) -> Any:
+        """A `MixtureLoader` over a recipe (YAML/TOML/JSON path, dict or Recipe): see docs/mixtures.md."""
+        from .mixture.loader import MixtureLoader  # (the mixture package builds on the loader's parts)
+
+        return MixtureLoader(recipe, **kwargs)
+
     # -- the stream as a pure function -------------------------------------------------------------------
     def stream_config(self) -> dict[str, Any]:
         """Everything the global sample stream depends on (besides the data): compared on resume."""

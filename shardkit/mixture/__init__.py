@@ -1,10 +1,13 @@
 """Data mixtures: weighted interleaving of several sources, training phases, and the recipe file.
 
-interleave  position → (source, source's counter): an exact quota order; phases on batch boundaries
+interleave  batch → rows per source within 1 of w·B (Pfair extras, carried lag); phases on batch boundaries
 recipe      load and validate a recipe (YAML, TOML, JSON or a dict) into frozen dataclasses
+loader      MixtureLoader: a recipe's batches for this rank, resumable in O(1) (sources, cursor, assign,
+            gather, rows, state and metrics are its parts; docs/mixtures.md)
 """
 
 from .interleave import (
+    BatchInterleave,
     BatchMix,
     Interleave,
     Location,
@@ -14,12 +17,17 @@ from .interleave import (
     normalize_weights,
     token_to_sample_weights,
 )
+from .loader import MixtureConfig, MixtureLoader, MixtureWarning
 from .recipe import Recipe, RecipeWarning, SourceSpec, WeightsBy, load_recipe
 
 __all__ = [
+    "BatchInterleave",
     "BatchMix",
     "Interleave",
     "Location",
+    "MixtureConfig",
+    "MixtureLoader",
+    "MixtureWarning",
     "Phase",
     "PhaseBounds",
     "PhasePlan",

@@ -1,4 +1,8 @@
-"""Property tests of shardkit.mixture.interleave: exact proportions, batch bounds, counters, phases."""
+"""Property tests of shardkit.mixture.interleave: exact proportions, batch bounds, counters, phases.
+
+Two levels: `Interleave` (one order of positions: prefixes within 1, windows within 2) and
+`BatchInterleave` (what a phase uses: every batch within 1, prefixes at batch boundaries within `max_lag`).
+"""
 
 from fractions import Fraction
 
@@ -8,7 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardkit.errors import ConfigError
-from shardkit.mixture import Interleave, Phase, PhasePlan, normalize_weights, token_to_sample_weights
+from shardkit.mixture import (
+    BatchInterleave,
+    Interleave,
+    Phase,
+    PhasePlan,
+    normalize_weights,
+    token_to_sample_weights,
+)
+from shardkit.mixture import interleave as il
 from shardkit.order import Constant, Piecewise, Ramp
 
 # -- strategies -----------------------------------------------------------------------------------------------
@@ -109,11 +121,11 @@ def test_weights_at_ten_trillion_samples():
 
 @settings(max_examples=50, deadline=None)
 @given(ws=weights, sched=schedules(), first=st.integers(0, 40), seed=st.integers(0, 2**32))
-def test_every_batch_is_within_two(ws, sched, first, seed):
-    """Each batch holds w_j·B ± (less than 2) samples of source j: the difference of two prefixes.
+def test_every_window_of_positions_is_within_two(ws, sched, first, seed):
+    """Position level: each run of positions holds w_j·L ± (less than 2): the difference of two prefixes.
 
     Within 1 for every source in every window is impossible for k ≥ 3 with general weights (a balanced
-    word; Fraenkel), so < 2 is the promise checked here, batch by batch, for any schedule.
+    word; Fraenkel) — which is why phases plan whole batches (`BatchInterleave`, tested below).
     """
     inter = Interleave(ws)
     rng = np.random.default_rng(seed)
@@ -128,7 +140,7 @@ def test_every_batch_is_within_two(ws, sched, first, seed):
 
 
 def test_three_sources_cannot_all_be_within_one_in_every_window():
-    """Why the batch promise is < 2: no order of 70/20/10 keeps every window within 1 (Fraenkel)."""
+    """Why positions alone promise < 2: no order of 70/20/10 keeps every window within 1 (Fraenkel)."""
     source, _ = Interleave([0.7, 0.2, 0.1]).assign(np.arange(40))
     onehot = np.eye(3, dtype=np.int64)[source]
     cum = np.vstack([np.zeros(3, np.int64), onehot.cumsum(axis=0)])
@@ -259,19 +271,26 @@ def test_counters_continue_across_phases(phases):
     plan = PhasePlan(phases)
     k = len(plan.sources)
     seen = [[] for _ in range(k)]
+    tokens = np.zeros(k, dtype=np.int64)
     for g in range(plan.num_batches):
         mix = plan.assign_batch(g)
         assert plan.counters_at(g).tolist() == [len(s) for s in seen]
         for s, c in zip(mix.source.tolist(), mix.counter.tolist()):
             seen[s].append(c)
+        tokens += np.bincount(mix.source, minlength=k) * phases[mix.phase].seq_len
+        # every global batch within 1; every phase prefix within the phase's certified bound
+        weights, start = dict(phases[mix.phase].mix), plan.counters_at_start(mix.phase)
+        for j, name in enumerate(plan.sources):
+            w = weights.get(name, Fraction(0))
+            assert abs(int((mix.source == j).sum()) - w * mix.source.size) < 1
+            n = plan.phases[mix.phase].batch.start(mix.batch + 1)
+            assert abs(len(seen[j]) - int(start[j]) - w * n) <= plan.mixers[mix.phase].max_lag
         if g + 1 < plan.num_batches and plan.locate(g + 1).phase != mix.phase:
             assert plan.counters_at_start(mix.phase + 1).tolist() == [len(s) for s in seen]
     assert all(s == list(range(len(s))) for s in seen)  # each source: 0, 1, 2, … with no gap or repeat
     assert plan.counters_at_start(len(phases)).tolist() == [len(s) for s in seen]
-    tokens = sum((np.bincount(plan._maps[i][plan.interleaves[i].assign(np.arange(b.num_samples))[0]],
-                              minlength=k) * p.seq_len for i, (p, b) in enumerate(zip(phases, plan.bounds))),
-                 np.zeros(k, dtype=np.int64))
     assert plan.tokens_at_start(len(phases)).tolist() == tokens.tolist()
+    assert all(m.max_lag < 1 for m in plan.mixers)
 
 
 def test_phase_plan_example():
@@ -288,3 +307,113 @@ def test_phase_plan_example():
     assert plan.phase_index("anneal") == 1
     with pytest.raises(ConfigError, match="repeats the name"):
         PhasePlan([plan.phases[0], plan.phases[0]])
+
+
+# -- batches --------------------------------------------------------------------------------------------------
+
+batch_weights = st.lists(_weight, min_size=2, max_size=8)
+
+
+def _within_one(counts, size, weights):
+    return all(abs(Fraction(int(c)) - w * size) < 1 for c, w in zip(counts, weights))
+
+
+@settings(max_examples=40, deadline=None)
+@given(ws=batch_weights, sched=schedules(), first=st.integers(0, 400), seed=st.integers(0, 2**32))
+def test_every_batch_is_within_one(ws, sched, first, seed):
+    """⌊w_j·B⌋ or ⌈w_j·B⌉ rows of source j in every batch — early, late, and at indices near 10**9."""
+    mixer = BatchInterleave(ws, sched)  # open-ended: the last stage repeats its cycle for ever
+    rng = np.random.default_rng(seed)
+    batches = np.unique(np.concatenate([np.arange(first, first + 12), rng.integers(0, 10**9, 12)]))
+    for b in batches.tolist():
+        size, start = int(sched.size(b)), int(sched.start(b))
+        counts, before = mixer.counts(b), mixer.counts_before(b)
+        assert int(counts.sum()) == size and _within_one(counts, size, mixer.weights)
+        assert (mixer.counts_before(b + 1) - before).tolist() == counts.tolist()
+        assert all(abs(int(c) - w * start) <= mixer.max_lag for c, w in zip(before, mixer.weights))
+        source, counter = mixer.assign(b)
+        assert np.bincount(source, minlength=mixer.num_sources).tolist() == counts.tolist()
+        for j in range(mixer.num_sources):  # each source's counters continue where the last batch left off
+            assert counter[source == j].tolist() == list(range(before[j], before[j] + counts[j]))
+    assert mixer.max_lag < 1
+
+
+@settings(max_examples=50, deadline=None)
+@given(ws=batch_weights, sched=schedules(), n=st.integers(1, 300))
+def test_counts_before_is_the_sum_of_the_batches(ws, sched, n):
+    """counts_before agrees with a batch-by-batch walk, and max_lag is that walk's largest deviation."""
+    mixer = BatchInterleave(ws, sched, n)
+    total, samples, worst = np.zeros(mixer.num_sources, dtype=np.int64), 0, Fraction(0)
+    for b in range(n):
+        assert mixer.counts_before(b).tolist() == total.tolist()
+        counts = mixer.counts(b)
+        assert _within_one(counts, int(sched.size(b)), mixer.weights)
+        total += counts
+        samples += int(sched.size(b))
+        worst = max(worst, *(abs(int(c) - w * samples) for c, w in zip(total, mixer.weights)))
+    assert mixer.counts_before(n).tolist() == total.tolist()
+    assert worst == mixer.max_lag < 1
+    with pytest.raises(ConfigError, match="past the end"):
+        mixer.counts(n)
+
+
+@settings(max_examples=30, deadline=None)
+@given(ws=batch_weights, sched=schedules(), b=st.integers(0, 2**40))
+def test_long_run_error_stays_bounded(ws, sched, b):
+    mixer = BatchInterleave(ws, sched)
+    start = int(sched.start(b))
+    before = mixer.counts_before(b)
+    assert int(before.sum()) == start
+    assert all(abs(int(c) - w * start) <= mixer.max_lag < 1 for c, w in zip(before, mixer.weights))
+
+
+@settings(max_examples=15, deadline=None)
+@given(ws=batch_weights, sched=schedules(), seed=st.integers(0, 2**32))
+def test_batches_are_deterministic(ws, sched, seed):
+    """Rebuilt from nothing (caches cleared) every batch comes out the same."""
+    batches = np.random.default_rng(seed).integers(0, 10**6, 8).tolist()
+    first = [BatchInterleave(ws, sched).assign(b) for b in batches]
+    il._extras_table.cache_clear()
+    il._batch_rows.cache_clear()
+    again = BatchInterleave(list(ws), sched)
+    for b, (source, counter) in zip(batches, first):
+        s, c = again.assign(b)
+        assert np.array_equal(s, source) and np.array_equal(c, counter)
+
+
+@settings(max_examples=20, deadline=None)
+@given(ws=batch_weights, sched=schedules(), b=st.integers(0, 10**6))
+def test_rows_interleave_sources_within_a_batch(ws, sched, b):
+    """Every prefix of a batch holds each source within 1 of its share of the batch (so do ranks' slices, ±2)."""
+    mixer = BatchInterleave(ws, sched)
+    source, _ = mixer.assign(b)
+    counts = mixer.counts(b)
+    onehot = np.eye(mixer.num_sources, dtype=np.int64)[source].cumsum(axis=0)
+    ideal = np.arange(1, source.size + 1)[:, None] * counts[None, :]
+    assert (np.abs(onehot * source.size - ideal) < source.size).all()
+
+
+@settings(max_examples=20, deadline=None)
+@given(ws=batch_weights, sched=schedules(), seed=st.integers(0, 2**32))
+def test_assign_positions_agrees_with_assign(ws, sched, seed):
+    mixer = BatchInterleave(ws, sched)
+    rng = np.random.default_rng(seed)
+    pos = rng.integers(0, 10**7, size=(3, 7))
+    source, counter = mixer.assign_positions(pos)
+    assert source.shape == counter.shape == (3, 7)
+    for p, s, c in zip(pos.ravel().tolist(), source.ravel().tolist(), counter.ravel().tolist()):
+        b = int(sched.batch_at_sample(p))
+        rows, counters = mixer.assign(b)
+        assert (s, c) == (int(rows[p - int(sched.start(b))]), int(counters[p - int(sched.start(b))]))
+
+
+@settings(max_examples=25, deadline=None)
+@given(phases=plans(), seed=st.integers(0, 2**32))
+def test_plan_assign_positions_agrees_with_assign_batch(phases, seed):
+    plan = PhasePlan(phases)
+    rng = np.random.default_rng(seed)
+    for g in sorted(set(rng.integers(0, plan.num_batches, 5).tolist())):
+        loc, mix = plan.locate(g), plan.assign_batch(g)
+        pos = np.arange(loc.sample, loc.sample + mix.source.size)
+        source, counter = plan.assign_positions(loc.phase, pos)
+        assert np.array_equal(source, mix.source) and np.array_equal(counter, mix.counter)
