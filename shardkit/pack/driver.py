@@ -12,7 +12,7 @@ import hashlib
 import json
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,8 @@ from ..format.dtypes import token_dtype_for_vocab
 from ..format.idx import MAX_SEQUENCE_TOKENS
 from ..format.manifest import Manifest, ShardEntry
 from ..sources import InputFile, list_inputs
-from ..tokenizers import load_tokenizer_checked
+from ..tokenizers import Tokenizer, load_tokenizer
+from ..tokenizers.spec import needs_self_check, self_check
 from ..tokenizers.tiktoken_backend import TiktokenTokenizer
 from ..writer import JOURNAL_NAME, Journal, JournalEntry, ShardWriter
 from .chunks import Chunk, Skip, iter_chunks, sample_texts
@@ -216,8 +217,10 @@ def pack(config: PackConfig, *, progress: Callable[[PackProgress], None] | None 
             remove_shardkit_files(out)
             previous = None
 
-        tokenizer, note = load_tokenizer_checked(
-            config.tokenize.tokenizer, sample_texts(files, config.reader), backend=config.tokenize.backend)
+        # the fast path's self-check on real input runs once the workers are starting (see _encoded)
+        tokenizer = load_tokenizer(config.tokenize.tokenizer, backend=config.tokenize.backend)
+        note = getattr(tokenizer, "fastpath_note", None)
+        samples = sample_texts(files, config.reader) if needs_self_check(tokenizer) else []
         spec = tokenizer.spec
         dtype = token_dtype_for_vocab(spec.vocab_size)
         spec_json = {k: v for k, v in spec.to_json().items() if k != "backend"}
@@ -254,18 +257,35 @@ def pack(config: PackConfig, *, progress: Callable[[PackProgress], None] | None 
                 raise PackError(f"{e} (stopped by --on-error fail)")
 
         workers = config.effective_workers
-        # workers load exactly the backend chosen here (after the self-check), never decide again
         scratch = tempfile.TemporaryDirectory(prefix="shardkit-pack-")  # the compiled encoding, for workers
-        setup = WorkerSetup(tokenizer=config.tokenize.tokenizer,
-                            backend=spec.backend if spec.backend in ("hf", "tiktoken") else "auto", dtype=dtype.name,
-                            eos_id=eos, bos_id=bos, vocab_size=spec.vocab_size,
-                            compiled=str(tokenizer.save_compiled(Path(scratch.name)))
-                            if isinstance(tokenizer, TiktokenTokenizer) else None)
-        chunks: Iterable[Chunk] = iter_chunks(files, config.reader, start_file=start_file,
-                                              start_record=start_record, on_file_error=fail_file)
+
+        def setup_for(tok: Tokenizer) -> WorkerSetup:
+            # workers load exactly the backend chosen here, never decide again
+            b = tok.spec.backend
+            return WorkerSetup(tokenizer=config.tokenize.tokenizer, backend=b if b in ("hf", "tiktoken") else "auto",
+                               dtype=dtype.name, eos_id=eos, bos_id=bos, vocab_size=spec.vocab_size,
+                               compiled=str(tok.save_compiled(Path(scratch.name)))
+                               if isinstance(tok, TiktokenTokenizer) else None)
+
+        def chunks() -> Iterable[Chunk]:
+            return iter_chunks(files, config.reader, start_file=start_file, start_record=start_record,
+                               on_file_error=fail_file)
+
+        def check() -> Tokenizer:
+            nonlocal note
+            checked, note = self_check(tokenizer, samples, backend=config.tokenize.backend)
+            return checked
+
         try:
-            for chunk, (tokens, lengths) in _encoded(chunks, workers, setup):
-                run.consume(chunk, tokens, lengths)
+            if workers <= 1 and needs_self_check(tokenizer):
+                tokenizer = check()  # in-process: nothing to overlap it with
+            try:
+                for chunk, (tokens, lengths) in _encoded(chunks(), workers, setup_for(tokenizer), check):
+                    run.consume(chunk, tokens, lengths)
+            except _UseReference as fallback:  # the self-check failed before any result was consumed
+                tokenizer = fallback.tokenizer
+                for chunk, (tokens, lengths) in _encoded(chunks(), workers, setup_for(tokenizer), None):
+                    run.consume(chunk, tokens, lengths)
             run.finish()
         except BaseException:
             writer.abort()
@@ -290,7 +310,7 @@ def pack(config: PackConfig, *, progress: Callable[[PackProgress], None] | None 
                   "input_bytes": run.total_bytes, "options": config.options_json()},
             stats=stats.to_json(),
             created={"at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                     "by": f"shardkit {__version__}", "tokenizer_backend": spec.backend,
+                     "by": f"shardkit {__version__}", "tokenizer_backend": tokenizer.spec.backend,
                      "tokenizer_note": note, "workers": workers, "seconds": round(elapsed, 3),
                      "resumed_shards": len(kept)},
         )
@@ -298,7 +318,7 @@ def pack(config: PackConfig, *, progress: Callable[[PackProgress], None] | None 
         journal.remove()
     saved = Manifest.load(out)
     return PackResult(path=out, fingerprint=fingerprint, manifest=saved, stats=stats.to_json(),
-                      elapsed=elapsed, workers=workers, tokenizer_backend=spec.backend, tokenizer_note=note,
+                      elapsed=elapsed, workers=workers, tokenizer_backend=tokenizer.spec.backend, tokenizer_note=note,
                       resumed_shards=len(kept), input_files=len(files), input_bytes=run.total_bytes,
                       skip_examples=list(stats.skip_examples))
 
@@ -326,10 +346,38 @@ def _drop_too_long(chunk: Chunk, tokens: np.ndarray, lengths: np.ndarray
     return new, tokens[token_keep], lengths[keep]
 
 
-def _encoded(chunks: Iterable[Chunk], workers: int, setup: WorkerSetup):
+class _UseReference(Exception):
+    """The fast path's self-check failed: encode with `tokenizer` (tokenizers) instead."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        super().__init__("self-check failed")
+        self.tokenizer = tokenizer
+
+
+def _checked(chunks: Iterable[Chunk], check: Callable[[], Tokenizer] | None) -> Iterator[Chunk]:
+    """The chunks, with the self-check run after the first is handed over (the workers are starting then).
+
+    The ordered map takes a second chunk before it returns any result, so a failing check stops the run
+    before anything is written; pack then starts over with the reference tokenizer.
+    """
+    it = iter(chunks)
+    first = next(it, None)
+    if first is not None:
+        yield first
+    if check is not None:
+        checked = check()
+        if checked.spec.backend != "tiktoken":
+            raise _UseReference(checked)
+    yield from it
+
+
+def _encoded(chunks: Iterable[Chunk], workers: int, setup: WorkerSetup,
+             check: Callable[[], Tokenizer] | None = None):
     """Only the texts travel to the workers; positions and skips stay here."""
-    return ordered_map(encode_chunk, chunks, payload=_texts, workers=workers, initializer=init_worker,
-                       initargs=(setup,))
+    if workers <= 1:
+        check = None  # checked before (one process: the first result would be consumed before the check)
+    return ordered_map(encode_chunk, _checked(chunks, check), payload=_texts, workers=workers,
+                       initializer=init_worker, initargs=(setup,))
 
 
 def _texts(chunk: Chunk) -> list[str]:

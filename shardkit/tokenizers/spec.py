@@ -20,7 +20,7 @@ from .selfcheck import compare_backends
 from .sentencepiece_model import SentencePieceTokenizer
 from .tiktoken_file import load_tiktoken_file
 
-__all__ = ["parse_spec", "load_tokenizer", "load_tokenizer_checked"]
+__all__ = ["parse_spec", "load_tokenizer", "load_tokenizer_checked", "needs_self_check", "self_check"]
 
 _PREFIXES = {"hf:": "hf", "tiktoken:": "tiktoken", "sentencepiece:": "sentencepiece", "spm:": "sentencepiece"}
 _SUFFIXES = {".json": "hf", ".tiktoken": "tiktoken", ".model": "sentencepiece"}
@@ -87,15 +87,25 @@ def load_tokenizer_checked(spec: str, sample_texts: Sequence[str], *, backend: s
     On the fast path, both backends encode `sample_texts` (real input) at start-up; any difference
     falls back to `tokenizers` (or, with backend "tiktoken", fails) and the note says where they differ.
     """
-    chosen = Backend.parse(backend)
-    tok = load_tokenizer(spec, backend=chosen, threads=threads, eos=eos, bos=bos)
-    if tok.spec.kind != "hf" or tok.spec.backend != "tiktoken":
+    tok = load_tokenizer(spec, backend=backend, threads=threads, eos=eos, bos=bos)
+    return self_check(tok, sample_texts, backend=backend, threads=threads, eos=eos, bos=bos)
+
+
+def needs_self_check(tok: Tokenizer) -> bool:
+    """Only a tokenizer.json compiled to tiktoken is checked against `tokenizers` on real input."""
+    return tok.spec.kind == "hf" and tok.spec.backend == "tiktoken"
+
+
+def self_check(tok: Tokenizer, sample_texts: Sequence[str], *, backend: str | Backend = "auto", threads: int = 1,
+               eos: str | None = None, bos: str | None = None) -> tuple[Tokenizer, str | None]:
+    """`tok` if it needs no check or passes it; else `tokenizers` with a note (backend "tiktoken": an error)."""
+    if not needs_self_check(tok):
         return tok, getattr(tok, "fastpath_note", None)
     path = tok.spec.path or ""
     result = compare_backends(path, sample_texts, fast=tok)
     if result.ok:
         return tok, None
-    if chosen is Backend.TIKTOKEN:
+    if Backend.parse(backend) is Backend.TIKTOKEN:
         raise TokenizerError(f"{path}: {result.describe()}; use backend 'auto' or 'hf'")
     note = f"{result.describe()}; using tokenizers"
     return HFTokenizer(path, threads=threads, eos=eos, bos=bos, fastpath_note=note), note
