@@ -28,16 +28,10 @@ SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[Healt
 
 
 def _bounds(plan, phase):
-    """What PhasePlan promises (its docstring) for a phase, as two checks on a deviation |count_j − w_j·x|:
-    inside every global batch (x = B) and after every whole batch (x = samples of the phase so far).
-
-    The per-position quota order promises < 2 per batch and < 1 per prefix; the per-batch interleave
-    (`PhasePlan.mixers`) promises ⌊w_j·B⌋ or ⌈w_j·B⌉ per batch and states its exact largest lag.
-    """
-    mixers = getattr(plan, "mixers", None)
-    if mixers is None:
-        return (lambda d: d < 2), (lambda d: d < 1)
-    return (lambda d: d < 1), (lambda d: d <= mixers[phase].max_lag)
+    """What PhasePlan promises for a phase, as two checks on a deviation |count_j − w_j·x|: inside every
+    global batch (x = B: ⌊w_j·B⌋ or ⌈w_j·B⌉, so < 1) and after every whole batch (x = samples of the phase
+    so far: at most the exact largest lag the plan states)."""
+    return (lambda d: d < 1), (lambda d: d <= plan.mixers[phase].max_lag)
 
 
 @pytest.fixture(scope="module")
