@@ -26,6 +26,7 @@ from .order import (
     SampleOrder,
     ShuffleConfig,
     ShuffleMode,
+    item_sequence,
     parse_schedule,
     rank_slice,
 )
@@ -72,14 +73,6 @@ class LoaderConfig:
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or v <= 0):
                 raise ConfigError(f"{name} must be a positive integer or None, got {v!r}")
-
-
-def _sequence(first: int, stride: int, run: int, t0: int, k: int) -> np.ndarray:
-    """Items t0 … t0+k−1 of the index sequence: runs of `run` consecutive indices, `stride` apart."""
-    if stride < 1 or not 1 <= run <= stride:
-        raise ConfigError(f"stride {stride} and run {run}: runs must not overlap (1 ≤ run ≤ stride)")
-    t = t0 + np.arange(k, dtype=np.int64)
-    return first + (t // run) * stride + t % run if run > 1 else first + t * stride
 
 
 class Loader:
@@ -200,7 +193,7 @@ class Loader:
             end = stop if end is None else min(end, stop)
         t = 0
         while True:
-            plan = self._plan_chunk(_sequence(first, stride, run, t, 1024), end)
+            plan = self._plan_chunk(item_sequence(first, stride, run, t, 1024), end)
             if plan is None:
                 return
             yield from self._materialise(*plan, first_micro)
@@ -330,7 +323,7 @@ class Loader:
 
     def iter_units(self, first_unit: int, *, stride: int = 1, run: int = 1, stop: int | None = None
                    ) -> Iterator[tuple[int, dict[str, Any]]]:
-        """(unit index, item) for the units `_sequence(first_unit, stride, run)` names, below `stop`: how
+        """(unit index, item) for the units `item_sequence(first_unit, stride, run)` names, below `stop`: how
         workers split a rank's work (see `iter_batches`)."""
         if not self.config.micro_batch_size:
             for b, _, item in self.iter_batches(first_unit, stride=stride, run=run, stop=stop):
@@ -339,7 +332,7 @@ class Loader:
         end = self.num_batches()
         t = 0
         while True:
-            u = first_unit + (t // run) * stride + t % run
+            u = int(item_sequence(first_unit, stride, run, t, 1)[0])
             t += 1
             if stop is not None and u >= stop:
                 return

@@ -22,6 +22,7 @@ import numpy as np
 from ..batching import BatchFields
 from ..distributed_env import detect_rank_world
 from ..errors import ConfigError, ResumeError
+from ..order import item_sequence
 from .assign import Assigner
 from .cursor import Cursor, Exhaustion
 from .gather import AddressSpace
@@ -64,14 +65,6 @@ class MixtureConfig:
         m = self.micro_batch_size
         if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m <= 0):
             raise ConfigError(f"micro_batch_size must be a positive integer or None, got {m!r}")
-
-
-def _sequence(first: int, stride: int, run: int, t0: int, k: int) -> np.ndarray:
-    """Items t0 … t0+k−1 of the index sequence: runs of `run` consecutive indices, `stride` apart."""
-    if stride < 1 or not 1 <= run <= stride:
-        raise ConfigError(f"stride {stride} and run {run}: runs must not overlap (1 ≤ run ≤ stride)")
-    t = t0 + np.arange(k, dtype=np.int64)
-    return first + (t // run) * stride + t % run if run > 1 else first + t * stride
 
 
 class MixtureLoader:
@@ -223,7 +216,7 @@ class MixtureLoader:
         end = self._end if stop is None else min(self._end, stop)
         t, limit_rows = 0, _FIRST_CHUNK_ROWS
         while True:
-            batches = _sequence(first, stride, run, t, 1024)
+            batches = item_sequence(first, stride, run, t, 1024)
             batches = batches[batches < end]
             if not batches.size:
                 return
@@ -321,7 +314,7 @@ class MixtureLoader:
 
     def iter_units(self, first_unit: int, *, stride: int = 1, run: int = 1, stop: int | None = None
                    ) -> Iterator[tuple[int, dict[str, Any]]]:
-        """(unit index, item) for the units `_sequence(first_unit, stride, run)` names, below `stop`."""
+        """(unit index, item) for the units `item_sequence(first_unit, stride, run)` names, below `stop`."""
         m = self.config.micro_batch_size
         if not m:
             for b, _, item in self.iter_batches(first_unit, stride=stride, run=run, stop=stop):
@@ -329,7 +322,7 @@ class MixtureLoader:
             return
         t = 0
         while True:
-            u = int(_sequence(first_unit, stride, run, t, 1)[0])
+            u = int(item_sequence(first_unit, stride, run, t, 1)[0])
             t += 1
             if stop is not None and u >= stop:
                 return

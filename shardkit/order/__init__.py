@@ -6,7 +6,7 @@ schedule     batch-size schedules: B(b), S(b) and their inverses in O(log stages
 partition    rank slices, micro-batches, round-robin worker split
 """
 
-from .partition import micro_batches, rank_slice, worker_batches, worker_of_batch
+from .partition import item_sequence, micro_batches, rank_slice, worker_batches, worker_of_batch
 from .permutation import Permutation, derive_key, extend_keys
 from .schedule import BatchSchedule, Constant, Piecewise, Ramp, ScheduleUnit, parse_schedule
 from .shuffle import SampleOrder, ShuffleConfig, ShuffleMode
@@ -28,4 +28,5 @@ __all__ = [
     "rank_slice",
     "worker_batches",
     "worker_of_batch",
+    "item_sequence",
 ]

@@ -17,10 +17,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from itertools import count
 
+import numpy as np
+
 from ..errors import ConfigError
 from ._checks import nonneg_int, positive_int
 
-__all__ = ["rank_slice", "micro_batches", "worker_batches", "worker_of_batch"]
+__all__ = ["rank_slice", "micro_batches", "worker_batches", "worker_of_batch", "item_sequence"]
 
 
 def rank_slice(batch_start: int, batch_size: int, rank: int, world_size: int) -> tuple[int, int]:
@@ -74,3 +76,15 @@ def worker_of_batch(batch: int, num_workers: int, *, first: int = 0) -> int:
     if b < f:
         raise ConfigError(f"item {b} comes before the resume point {f}")
     return (b - f) % n
+
+
+def item_sequence(first: int, stride: int, run: int, t0: int, k: int) -> np.ndarray:
+    """Items t0 … t0+k−1 of a worker's index sequence: runs of `run` consecutive indices, `stride` apart.
+
+    run=1 is every `stride`-th index from `first` (one item per DataLoader item); run=g with stride=g·k is
+    worker w's groups of g when k workers ship g items at a time (first = start + w·g).
+    """
+    if stride < 1 or not 1 <= run <= stride:
+        raise ConfigError(f"stride {stride} and run {run}: runs must not overlap (1 ≤ run ≤ stride)")
+    t = t0 + np.arange(k, dtype=np.int64)
+    return first + (t // run) * stride + t % run if run > 1 else first + t * stride

@@ -2,10 +2,13 @@
 
 import itertools
 
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from shardkit.errors import ConfigError
-from shardkit.order import micro_batches, rank_slice, worker_batches, worker_of_batch
+from shardkit.order import item_sequence, micro_batches, rank_slice, worker_batches, worker_of_batch
 
 
 def test_rank_slices_tile_the_global_batch_in_rank_order():
@@ -82,3 +85,16 @@ def test_real_torch_dataloader_matches_the_rule():
     for workers in (0, 2):
         got = [int(x) for x in DataLoader(Items(), batch_size=None, num_workers=workers)]
         assert got == list(range(3, 14)), workers
+
+
+@given(workers=st.integers(1, 5), run=st.integers(1, 4), first=st.integers(0, 50), n=st.integers(1, 200))
+def test_item_sequence_runs_cover_every_index_once_in_worker_order(workers, run, first, n):
+    seqs = [item_sequence(first + w * run, run * workers, run, 0, n) for w in range(workers)]
+    everything = np.concatenate(seqs)
+    assert len(set(everything.tolist())) == everything.size  # no index twice
+    # taking `run` items from each worker in turn gives the plain sequence first, first + 1, …
+    whole = (n // run) * run
+    merged = np.stack([s[:whole].reshape(-1, run) for s in seqs], axis=1).reshape(-1)
+    assert np.array_equal(merged, first + np.arange(merged.size))
+    with pytest.raises(ConfigError, match="overlap"):
+        item_sequence(0, 2, 3, 0, 1)
