@@ -133,7 +133,17 @@ class Loader:
         return self._ids(np.arange(start, start + size, dtype=np.int64))
 
     def _ids(self, global_positions: np.ndarray) -> np.ndarray:
-        epochs, within = np.divmod(global_positions, self.num_samples)
+        n = self.num_samples
+        if global_positions.size and bool((np.diff(global_positions) >= 0).all()):
+            # ascending (every chunk the loader plans): one contiguous run per epoch, no masks
+            first, last = int(global_positions[0]) // n, int(global_positions[-1]) // n
+            if first == last:
+                return self.order.sample_ids(first, global_positions - first * n)
+            cuts = np.searchsorted(global_positions, np.arange(first + 1, last + 1, dtype=np.int64) * n)
+            parts = np.split(global_positions, cuts)
+            return np.concatenate([self.order.sample_ids(first + i, part - (first + i) * n)
+                                   for i, part in enumerate(parts) if part.size])
+        epochs, within = np.divmod(global_positions, n)
         out = np.empty_like(global_positions)
         for e in np.unique(epochs).tolist():
             m = epochs == e
