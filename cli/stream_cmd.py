@@ -82,9 +82,12 @@ def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, sh
         return
     _echo_summary(report)
     m = report.metrics
-    click.echo(f"  reads: {m['bytes_copied'] / 2**20:.1f} MiB copied, {m['epoch_distinct_blocks']} distinct "
-               f"shuffle blocks this epoch, {m['groups_entered']} groups entered, "
-               f"{m['bytes_prefetched'] / 2**20:.0f} MiB hinted ahead")
+    if workers > 0:
+        click.echo(f"  reads: done in the {workers} worker processes (read metrics are per process)")
+    else:
+        click.echo(f"  reads: {m['bytes_copied'] / 2**20:.1f} MiB copied, {m['epoch_distinct_blocks']} distinct "
+                   f"shuffle blocks this epoch, {m['groups_entered']} groups entered, "
+                   f"{m['bytes_prefetched'] / 2**20:.0f} MiB hinted ahead")
     click.echo(f"  digest {report.digest}")
 
 

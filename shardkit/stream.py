@@ -44,10 +44,14 @@ def _items(loader: Loader | MixtureLoader, workers: int) -> Iterator[dict[str, A
         return
     from torch.utils.data import DataLoader  # optional dependency, only for --workers
 
-    from .torch import ShardkitIterableDataset
+    from .torch import ShardkitDataLoader, ShardkitIterableDataset
 
-    dataset = ShardkitIterableDataset(loader)  # type: ignore[arg-type]  # a MixtureLoader has the same surface
-    for item in DataLoader(dataset, batch_size=None, num_workers=workers):
+    if isinstance(loader, Loader):  # groups of batches through shared memory: what a trainer should use
+        items: Any = ShardkitDataLoader(loader, num_workers=workers)
+    else:  # a MixtureLoader has the IterableDataset's surface (one transfer per batch)
+        items = DataLoader(ShardkitIterableDataset(loader), batch_size=None,  # type: ignore[arg-type]
+                           num_workers=workers)
+    for item in items:
         yield {k: (v.numpy() if hasattr(v, "numpy") else v) for k, v in item.items()}
 
 
