@@ -17,6 +17,7 @@ import numpy as np
 
 from .batching import BatchFields, WindowSource, assemble, check_state, make_state
 from .batching.readahead import Readahead, ReadMetrics
+from .batching.units import UnitIndex
 from .distributed_env import detect_rank_world
 from .errors import ConfigError, ResumeError
 from .format import Dataset, open_dataset
@@ -75,7 +76,7 @@ class LoaderConfig:
                 raise ConfigError(f"{name} must be a positive integer or None, got {v!r}")
 
 
-class Loader:
+class Loader(UnitIndex):
     """Iterate this rank's batches; `state_dict()` / `load_state_dict()` resume exactly, in O(1)."""
 
     def __init__(self, data: str | os.PathLike[str] | Dataset, config: LoaderConfig | None = None,
@@ -314,22 +315,11 @@ class Loader:
                                    self.order.blocks_of_group(*nxt))
 
     # -- units: what one DataLoader item is (a micro-batch, or the rank's whole batch) ------------------------
-    def _unit_rows(self) -> int:
-        return self.world_size * (self.config.micro_batch_size or 0)
+    def _samples_before(self, batch: int) -> int:
+        return self.schedule.start(batch)
 
-    def unit_index(self, batch: int, micro: int = 0) -> int:
-        """Index of (batch, micro) in the flat sequence of items this rank delivers."""
-        if not self.config.micro_batch_size:
-            return batch
-        return self.schedule.start(batch) // self._unit_rows() + micro
-
-    def unit_position(self, unit: int) -> tuple[int, int]:
-        """(batch, micro) of item `unit`: O(log stages), so any worker can start anywhere."""
-        if not self.config.micro_batch_size:
-            return unit, 0
-        sample = unit * self._unit_rows()
-        b = self.schedule.batch_at_sample(sample)
-        return b, (sample - self.schedule.start(b)) // self._unit_rows()
+    def _batch_at_sample(self, sample: int) -> int:
+        return self.schedule.batch_at_sample(sample)
 
     def iter_units(self, first_unit: int, *, stride: int = 1, run: int = 1, stop: int | None = None
                    ) -> Iterator[tuple[int, dict[str, Any]]]:

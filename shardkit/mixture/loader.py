@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..batching import BatchFields
+from ..batching.units import UnitIndex
 from ..distributed_env import detect_rank_world
 from ..errors import ConfigError, ResumeError
 from ..order import item_sequence
@@ -67,7 +68,7 @@ class MixtureConfig:
             raise ConfigError(f"micro_batch_size must be a positive integer or None, got {m!r}")
 
 
-class MixtureLoader:
+class MixtureLoader(UnitIndex):
     """Iterate this rank's batches of a recipe; `state_dict()` / `load_state_dict()` resume exactly, in O(1)."""
 
     def __init__(self, recipe: str | os.PathLike[str] | Mapping[str, Any] | Recipe,
@@ -295,22 +296,11 @@ class MixtureLoader:
         metrics.close_chunk()
 
     # -- units: what one DataLoader item is (a micro-batch, or the rank's whole batch) ------------------------
-    def _unit_rows(self) -> int:
-        return self.world_size * (self.config.micro_batch_size or 0)
+    def _samples_before(self, batch: int) -> int:
+        return self._cursor.global_samples_before(batch)
 
-    def unit_index(self, batch: int, micro: int = 0) -> int:
-        """Index of (batch, micro) in the flat sequence of items this rank delivers."""
-        if not self.config.micro_batch_size:
-            return batch
-        return self._cursor.global_samples_before(batch) // self._unit_rows() + micro
-
-    def unit_position(self, unit: int) -> tuple[int, int]:
-        """(batch, micro) of item `unit`: O(log phases + log stages)."""
-        if not self.config.micro_batch_size:
-            return unit, 0
-        sample = unit * self._unit_rows()
-        b = self._cursor.batch_at_global_sample(sample)
-        return b, (sample - self._cursor.global_samples_before(b)) // self._unit_rows()
+    def _batch_at_sample(self, sample: int) -> int:
+        return self._cursor.batch_at_global_sample(sample)
 
     def iter_units(self, first_unit: int, *, stride: int = 1, run: int = 1, stop: int | None = None
                    ) -> Iterator[tuple[int, dict[str, Any]]]:
