@@ -234,7 +234,10 @@ def test_recipe_change_mid_run_continues_each_sources_order(data, a, b, data_dra
         tokens += np.bincount(src, minlength=len(first.sources)) * first.seq_len_at(batch)
     state = json.loads(json.dumps(first.state_at(at)))
     second = _loader(root, b)
-    if at >= second.num_batches():
+    changed = second.fingerprint != first.fingerprint
+    if at > second.num_batches() or (changed and at == second.num_batches()):
+        # nothing of the new recipe left to continue with (the same recipe's end state is a valid,
+        # finished run: loading it below gives an empty stream)
         with pytest.raises(Exception, match="batch"):
             second.load_state_dict(state, allow_recipe_change=True)
         return
