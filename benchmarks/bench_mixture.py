@@ -30,13 +30,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
 
-import numpy as np  # noqa: E402
+from synthetic import token_dataset  # noqa: E402
 
 from shardkit.loader import Loader  # noqa: E402
 from shardkit.mixture.loader import MixtureLoader  # noqa: E402
 from shardkit.units import human_count, parse_count  # noqa: E402
-from shardkit.writer import write_dataset  # noqa: E402
 
 DATA = HERE.parent / "bench-data"
 SEQ = 2048
@@ -44,27 +44,7 @@ BATCHES = (8, 64)
 
 
 def dataset(name: str, tokens: int, seed: int) -> Path:
-    """A deterministic dataset of `tokens` uint16 tokens (made once)."""
-    path = DATA / f"mixture-{name}-{tokens}"
-    if (path / "manifest.json").exists():
-        return path
-    rng = np.random.default_rng(seed)
-
-    def docs():
-        left = tokens
-        while left > 0:
-            sizes = rng.integers(100, 4000, size=4096)
-            flat = rng.integers(0, 50257, size=int(sizes.sum()), dtype=np.uint16)
-            for d in np.split(flat, np.cumsum(sizes)[:-1]):
-                if left <= 0:
-                    return
-                d = d[:left]
-                left -= d.size
-                yield d
-
-    print(f"building {path.name} ({human_count(tokens)} tokens, once) …", flush=True)
-    write_dataset(path, docs(), max_bytes_per_shard=256 << 20, checksum_block_size=16 << 20)
-    return path
+    return token_dataset(DATA / f"mixture-{name}-{tokens}", tokens, seed=seed, shard_bytes=256 << 20)
 
 
 def _rate(make, seconds: float) -> float:

@@ -34,10 +34,10 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from rss import run_measured  # noqa: E402
+from synthetic import token_dataset  # noqa: E402
 
 from shardkit.format import open_dataset  # noqa: E402
 from shardkit.loader import Loader  # noqa: E402
-from shardkit.writer import write_dataset  # noqa: E402
 
 DATA = HERE.parent / "bench-data"
 SEQ = 2048
@@ -45,26 +45,7 @@ PAGE = 4096
 
 
 def dataset(name: str, tokens: int) -> Path:
-    """A deterministic dataset of `tokens` uint16 tokens in documents of 100–4,000 tokens (made once)."""
-    path = DATA / name
-    if (path / "manifest.json").exists():
-        return path
-    rng = np.random.default_rng(1234)
-
-    def docs():
-        left = tokens
-        while left > 0:
-            sizes = rng.integers(100, 4000, size=4096)
-            flat = rng.integers(0, 50257, size=int(sizes.sum()), dtype=np.uint16)
-            for d in np.split(flat, np.cumsum(sizes)[:-1]):
-                if left <= 0:
-                    return
-                d = d[:left]
-                left -= d.size
-                yield d
-
-    write_dataset(path, docs(), max_bytes_per_shard=512 << 20)
-    return path
+    return token_dataset(DATA / name, tokens, seed=1234)
 
 
 def warm(path: Path) -> None:
