@@ -34,6 +34,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from shardkit import Loader
+from shardkit.format.atomic import atomic_file
 from shardkit.torch import ShardkitIterableDataset
 
 _CKPT_VERSION = 1
@@ -66,24 +67,11 @@ class TinyLM(nn.Module):
         return self.head(self.ln_f(x))
 
 
-# -- durable files ----------------------------------------------------------------------------------------
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
+# -- durable files: shardkit.format.atomic writes temp, fsyncs, renames, fsyncs the directory ---------------
 def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    """Write `path` so that a crash leaves the old file or the new one: temp file, fsync, os.replace."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
+    """Write `path` so that a crash leaves the old file or the new one."""
+    with atomic_file(path) as f:
         write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
 
 
 def save_checkpoint(ckpt_dir: Path, *, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
