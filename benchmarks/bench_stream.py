@@ -1,7 +1,7 @@
 """Loader throughput, resume latency, memory flatness and read amplification, against floors from this run.
 
 One run prints (seq_len 2048, block shuffle, warm page cache unless said otherwise):
-  * floor: sequential copy of the dataset's token bytes into a preallocated buffer (the memcpy bound)
+  * floor: sequential copy of the dataset's token bytes into a preallocated buffer (the memcpy bound), best of 5
   * Loader tokens/s at global batch 8 and 64, one process            (targets: ≥ 1 G tok/s; ≥ 0.5× floor)
   * through torch: ShardkitDataLoader with 2 workers at batch 8      (target ≥ 200 M tok/s), and a plain
     DataLoader over ShardkitIterableDataset (one tensor set per batch) for comparison
@@ -59,7 +59,7 @@ def floor_tokens_per_s(path: Path) -> float:
     ds = open_dataset(path)
     buf = np.empty(ds.num_tokens, dtype=ds.dtype)
     best = 0.0
-    for _ in range(3):
+    for _ in range(5):
         t0 = time.perf_counter()
         at = 0
         for shard in ds.shards:
@@ -70,17 +70,21 @@ def floor_tokens_per_s(path: Path) -> float:
     return best
 
 
-def loader_tokens_per_s(path: Path, batch: int, seconds: float) -> float:
+def loader_tokens_per_s(path: Path, batch: int, seconds: float, rounds: int = 5) -> tuple[float, float]:
+    """(best, median) of `rounds` timed stretches — best-of, like the floor; the median shows the spread."""
     loader = Loader(path, seq_len=SEQ, batch_schedule=batch, seed=1, shuffle="block")
     it = iter(loader)
     for _ in range(max(50, loader.num_samples // batch)):  # one epoch: pages mapped, caches warm
         next(it)
-    n, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        for _ in range(256):
-            next(it)
-        n += 256
-    return n * batch * SEQ / (time.perf_counter() - t0)
+    rates = []
+    for _ in range(rounds):
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds / rounds:
+            for _ in range(64):
+                next(it)
+            n += 64
+        rates.append(n * batch * SEQ / (time.perf_counter() - t0))
+    return max(rates), float(np.median(rates))
 
 
 def torch_tokens_per_s(path: Path, batch: int, workers: int, seconds: float, *, grouped: bool) -> float:
@@ -273,9 +277,9 @@ def small_figures(secs: float) -> None:
     floor = floor_tokens_per_s(small)
     print(f"floor    sequential copy into a preallocated buffer: {floor / 1e9:6.2f} G tok/s (27 M tokens)")
     for batch, target in ((8, "≥ 1 G tok/s"), (64, "≥ 0.5× floor")):
-        r = loader_tokens_per_s(small, batch, secs)
+        r, med = loader_tokens_per_s(small, batch, secs)
         print(f"loader   batch {batch:3d}, one process:              {r / 1e9:6.2f} G tok/s = {r / floor:.2f}× floor "
-              f"({target})")
+              f"({target}); median of 5: {med / 1e9:.2f} G = {med / floor:.2f}×")
     try:
         import torch  # noqa: F401
     except ImportError:

@@ -34,8 +34,11 @@ from .order import (
 
 __all__ = ["LoaderConfig", "Loader"]
 
-_CHUNK_BYTES = 16 << 20  # ids are computed, and rows allocated, for this many bytes of upcoming rows at once
-_CHUNK_ROWS = 4096
+# sample ids and row plans are computed for this many upcoming rows at once (NumPy's per-call cost is
+# paid per chunk, not per batch); the first chunk after a (re)start is small, so the first batch is quick
+_CHUNK_BYTES = 64 << 20
+_CHUNK_ROWS = 16384
+_FIRST_CHUNK_ROWS = 256
 _SLAB_BYTES = 1 << 20  # rows are gathered this many bytes at a time (cache-sized: see _materialise)
 
 
@@ -203,15 +206,17 @@ class Loader(UnitIndex):
         if stop is not None:
             end = stop if end is None else min(end, stop)
         t = 0
+        rows = _FIRST_CHUNK_ROWS
         while True:
-            plan = self._plan_chunk(item_sequence(first, stride, run, t, 1024), end)
+            plan = self._plan_chunk(item_sequence(first, stride, run, t, 4096), end, rows)
+            rows = _CHUNK_ROWS
             if plan is None:
                 return
             yield from self._materialise(*plan, first_micro)
             first_micro = 0
             t += plan[0].size
 
-    def _plan_chunk(self, batches: np.ndarray, end: int | None
+    def _plan_chunk(self, batches: np.ndarray, end: int | None, max_rows: int = _CHUNK_ROWS
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
         """(batch indices, first row, end row, global size) of the next chunk of `batches`, vectorised.
 
@@ -222,7 +227,7 @@ class Loader(UnitIndex):
             batches = batches[batches < end]
         if not batches.size:
             return None
-        limit = max(1, min(_CHUNK_ROWS, _CHUNK_BYTES // ((self.config.seq_len + 1) * self.dataset.dtype.itemsize)))
+        limit = max(1, min(max_rows, _CHUNK_BYTES // ((self.config.seq_len + 1) * self.dataset.dtype.itemsize)))
         sizes = self.schedule.size(batches)
         per = sizes // self.world_size
         n = max(1, int(np.searchsorted(np.cumsum(per), limit, side="right")))

@@ -35,9 +35,8 @@ from .state import STATE_FORMAT, STATE_VERSION, SavedState, parse_state
 
 __all__ = ["MixtureConfig", "MixtureLoader", "MixtureWarning"]
 
-_CHUNK_BYTES = 16 << 20  # the same chunk and slab sizes as shardkit.loader
-_CHUNK_ROWS = 4096
-_FIRST_CHUNK_ROWS = 256  # the first chunk after a (re)start is small, so the first batch comes quickly
+from ..loader import _CHUNK_BYTES, _CHUNK_ROWS, _FIRST_CHUNK_ROWS  # the same chunk sizes as the Loader
+
 _SLAB_BYTES = 1 << 20
 
 
@@ -217,7 +216,7 @@ class MixtureLoader(UnitIndex):
         end = self._end if stop is None else min(self._end, stop)
         t, limit_rows = 0, _FIRST_CHUNK_ROWS
         while True:
-            batches = item_sequence(first, stride, run, t, 1024)
+            batches = item_sequence(first, stride, run, t, 4096)
             batches = batches[batches < end]
             if not batches.size:
                 return
