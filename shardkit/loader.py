@@ -334,16 +334,7 @@ class Loader(UnitIndex):
             for b, _, item in self.iter_batches(first_unit, stride=stride, run=run, stop=stop):
                 yield b, item
             return
-        end = self.num_batches()
-        t = 0
-        while True:
-            u = int(item_sequence(first_unit, stride, run, t, 1)[0])
-            t += 1
-            if stop is not None and u >= stop:
-                return
-            b, k = self.unit_position(u)
-            if end is not None and b >= end:
-                return
+        for u, b, k in self._unit_walk(first_unit, stride, run, stop, self.num_batches()):
             self._check_batch(b)
             lo, _ = self._rank_rows(b)
             m = self.config.micro_batch_size

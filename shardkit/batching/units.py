@@ -7,6 +7,10 @@ and its inverse. Shared by the single-source and the mixture loader, whose sched
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+from ..order import item_sequence
+
 __all__ = ["UnitIndex"]
 
 
@@ -41,3 +45,18 @@ class UnitIndex:
         sample = unit * self._unit_rows()
         b = self._batch_at_sample(sample)
         return b, (sample - self._samples_before(b)) // self._unit_rows()
+
+    def _unit_walk(self, first_unit: int, stride: int, run: int, stop: int | None, end: int | None
+                   ) -> Iterator[tuple[int, int, int]]:
+        """(unit, batch, micro) for the units `item_sequence(first_unit, stride, run)` names, below `stop`
+        and before batch `end` (None: endless)."""
+        t = 0
+        while True:
+            u = int(item_sequence(first_unit, stride, run, t, 1)[0])
+            t += 1
+            if stop is not None and u >= stop:
+                return
+            b, k = self.unit_position(u)
+            if end is not None and b >= end:
+                return
+            yield u, b, k

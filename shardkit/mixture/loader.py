@@ -309,15 +309,7 @@ class MixtureLoader(UnitIndex):
             for b, _, item in self.iter_batches(first_unit, stride=stride, run=run, stop=stop):
                 yield b, item
             return
-        t = 0
-        while True:
-            u = int(item_sequence(first_unit, stride, run, t, 1)[0])
-            t += 1
-            if stop is not None and u >= stop:
-                return
-            b, q = self.unit_position(u)
-            if b >= self._end:
-                return
+        for u, b, q in self._unit_walk(first_unit, stride, run, stop, self._end):
             self._check_position(b)
             loc = self.plan.locate(b)
             size = int(self.plan.phases[loc.phase].batch.size(loc.batch))
