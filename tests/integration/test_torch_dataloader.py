@@ -107,3 +107,38 @@ def test_forbidden_arguments(path):
         ShardkitDataLoader(ld, num_workers=-1)
     with pytest.raises(ConfigError, match="group"):
         ShardkitDataLoader(ld, group=0)
+
+
+def test_a_sigkilled_trainer_leaves_no_shared_memory_behind(path):
+    """The segment belongs to the main process; if it is killed, the resource tracker unlinks it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = f"""
+import sys, time
+from shardkit.loader import Loader
+from shardkit.torch import ShardkitDataLoader
+dl = ShardkitDataLoader(Loader({str(path)!r}, seq_len={SEQ}, batch_schedule=4), num_workers=2, group=2)
+for i, item in enumerate(dl):
+    if i == 3:
+        print("running", flush=True)
+    time.sleep(0.01)
+"""
+    before = _shm_names()
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        assert proc.stdout.readline().strip() == "running"
+        created = _shm_names() - before
+        assert created, "the loader should have a shared-memory segment while it runs"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 20
+        while created & _shm_names() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not created & _shm_names(), f"left behind: {sorted(created & _shm_names())}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
