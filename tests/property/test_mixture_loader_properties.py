@@ -121,12 +121,9 @@ def test_proportions_per_batch_and_cumulative(data, r):
                 assert in_prefix(abs(int(so_far[j]) - w * n))
 
 
-@SETTINGS
-@given(r=recipes(), data_draw=st.data())
-def test_positions_continue_each_sources_tokens_and_rows_are_exact_windows(data, r, data_draw):
-    root, flats = data
-    loader = _loader(root, r)
-    walk = _brute_positions(loader)
+def _assert_walk(loader, walk):
+    """Every batch of a brute-force walk: the loader's row sources, and each source's sample ids at the
+    walked positions of its own order."""
     for b, src, pos in walk:
         got_src, ids = loader.global_sample_ids(b)
         np.testing.assert_array_equal(got_src, src)
@@ -137,6 +134,15 @@ def test_positions_continue_each_sources_tokens_and_rows_are_exact_windows(data,
             expect = np.concatenate([stream.order.sample_ids(int(e), [int(k)]) for e, k in
                                      zip(p // stream.num_samples, p % stream.num_samples)])
             np.testing.assert_array_equal(ids[src == j], expect)
+
+
+@SETTINGS
+@given(r=recipes(), data_draw=st.data())
+def test_positions_continue_each_sources_tokens_and_rows_are_exact_windows(data, r, data_draw):
+    root, flats = data
+    loader = _loader(root, r)
+    walk = _brute_positions(loader)
+    _assert_walk(loader, walk)
     b = data_draw.draw(st.integers(0, loader.num_batches() - 1))
     loader.load_state_dict(loader.state_at(b))
     item = next(iter(loader))
@@ -245,16 +251,7 @@ def test_recipe_change_mid_run_continues_each_sources_order(data, a, b, data_dra
     carried = np.array([int(tokens[first.sources.index(n)]) if n in first.sources else 0 for n in second.sources])
     np.testing.assert_array_equal(second._cursor.tokens_before(at), carried)
     walk = _brute_positions(second, at, carried)
-    for batch, src, pos in walk[:12]:
-        got_src, ids = second.global_sample_ids(batch)
-        np.testing.assert_array_equal(got_src, src)
-        length = second.seq_len_at(batch)
-        for j in np.unique(src).tolist():
-            stream = second.streams[(j, length)]
-            p = pos[src == j]
-            expect = [int(stream.order.sample_ids(int(e), [int(k)])[0]) for e, k in
-                      zip(p // stream.num_samples, p % stream.num_samples)]
-            assert ids[src == j].tolist() == expect
+    _assert_walk(second, walk[:12])
     # and the new run's own state resumes it exactly
     later = min(at + 3, second.num_batches())
     again = _loader(root, b)
