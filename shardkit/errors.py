@@ -17,6 +17,7 @@ __all__ = [
     "IntegrityError",
     "PackError",
     "ResumeError",
+    "RemoteError",
 ]
 
 
@@ -103,3 +104,20 @@ class ResumeError(ShardkitError):
         self.field = field
         self.problem = problem
         super().__init__(f"cannot resume: {field}: {problem}")
+
+
+class RemoteError(ShardkitError):
+    """Remote storage refused or kept failing an operation; names the operation and its URL.
+
+    `transient` tells an exhausted retry of a passing fault (worth re-running) from a permanent refusal
+    (403, 404, bad bucket: fix the URL or credentials); `not_found` marks a missing object or bucket.
+    """
+
+    def __init__(self, what: str, problem: str, *, transient: bool = False, attempts: int = 1,
+                 not_found: bool = False) -> None:
+        self.what = what
+        self.problem = problem
+        self.transient = transient
+        self.attempts = attempts
+        self.not_found = not_found
+        super().__init__(f"{what}: {problem}")
