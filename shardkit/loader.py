@@ -265,12 +265,18 @@ class Loader(UnitIndex):
         bounds = offsets.tolist()
         first_rows = bounds[:-1]
         batch_epoch = epochs[first_rows].tolist()
+        group_key = epochs[first_rows] * self.order.num_groups + groups[first_rows]
+        enters = np.flatnonzero(np.diff(group_key, prepend=-1)).tolist()  # batches that start a group
         batch_group = groups[first_rows].tolist()
         batch_shard = shard[first_rows].tolist()
         fast_list = fast.tolist()
         n = len(fast_list)
         slab: np.ndarray | None = None
         slab_base = slab_end = 0
+        next_enter = enters.pop(0) if enters else n
+        record = self.metrics.record_step
+        plain = not m and not fields.needs_docs
+        tokens_only = fields.tokens_only
         for i, (b, size) in enumerate(zip(batches.tolist(), sizes.tolist())):
             a, z = bounds[i], bounds[i + 1]
             if z > slab_end:  # the next slab: batches i..j-1
@@ -280,11 +286,21 @@ class Loader(UnitIndex):
                 slab_base, slab_end = a, bounds[j]
                 slab = self._fill_slab(i, j, bounds, fast_list, batch_shard, shard, local, view_rows, width)
             e = batch_epoch[i]
-            if (e, batch_group[i]) != self._group:
-                self._enter_group(e, batch_group[i])
+            if i == next_enter:
+                next_enter = enters.pop(0) if enters else n
+                if (e, batch_group[i]) != self._group:
+                    self._enter_group(e, batch_group[i])
             tokens = slab[a - slab_base:z - slab_base]  # type: ignore[index]
+            record(e, blocks, a, z, row_bytes, num_blocks)
+            if plain:  # the common case, without a call per field
+                out = ({"tokens": tokens} if tokens_only else
+                       {"input_ids": tokens[:, :-1], "labels": tokens[:, 1:]})
+                if fields.loss_mask:
+                    out["loss_mask"] = np.ones((z - a, width - 1), dtype=np.float32)
+                out["batch_index"], out["global_batch_size"], out["micro_index"], out["num_micro"] = b, size, 0, 1
+                yield b, 0, out
+                continue
             batch_ids = ids[a:z]
-            self.metrics.record_step(e, blocks[a:z], row_bytes, num_blocks)
             if not m:
                 out = assemble(tokens, batch_ids, self.source, fields)
                 out.update(batch_index=b, global_batch_size=size, micro_index=0, num_micro=1)

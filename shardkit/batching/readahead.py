@@ -51,28 +51,47 @@ class ReadMetrics:
         self.step_bytes = 0
         self.epoch = -1
         self._epoch_map = np.zeros(0, dtype=bool)
-        self._last_blocks = np.zeros(0, dtype=np.int64)
+        self._last: tuple[np.ndarray, int, int] = (np.zeros(0, dtype=np.int64), 0, 0)
+        self._pending: tuple[np.ndarray, int, int] | None = None  # steps not yet marked in _epoch_map
         self.epoch_bytes = 0
         self.groups_entered = 0
         self.bytes_prefetched = 0
         self.bytes_released = 0
 
-    def record_step(self, epoch: int, block_of_rows: np.ndarray, row_bytes: int, num_blocks: int) -> None:
-        """O(rows) bookkeeping; distinct counts are computed only when metrics are read."""
+    def record_step(self, epoch: int, blocks: np.ndarray, lo: int, hi: int, row_bytes: int,
+                    num_blocks: int) -> None:
+        """Count a step whose rows are `blocks[lo:hi]` (their shuffle blocks); O(1) per step.
+
+        Steps of one planned chunk are consecutive ranges of one `blocks` array: the epoch's block map is
+        marked once per run of such steps (when a run ends or metrics are read), not once per step.
+        """
         self.steps += 1
-        self.step_bytes = int(block_of_rows.size) * row_bytes
+        self.step_bytes = (hi - lo) * row_bytes
         self.bytes_copied += self.step_bytes
-        self._last_blocks = block_of_rows
+        self._last = (blocks, lo, hi)
+        pending = self._pending
         if epoch != self.epoch:
+            self._flush()
             self.epoch, self.epoch_bytes = epoch, 0
             self._epoch_map = np.zeros(num_blocks, dtype=bool)
-        self._epoch_map[block_of_rows] = True
+        elif pending is not None and (pending[0] is not blocks or pending[2] != lo):
+            self._flush()
+        pending = self._pending
+        self._pending = (blocks, lo, hi) if pending is None else (blocks, pending[1], hi)
         self.epoch_bytes += self.step_bytes
 
+    def _flush(self) -> None:
+        if self._pending is not None:
+            blocks, lo, hi = self._pending
+            self._epoch_map[blocks[lo:hi]] = True
+            self._pending = None
+
     def to_json(self) -> dict[str, int]:
+        self._flush()
+        blocks, lo, hi = self._last
         return {
             "steps": self.steps, "bytes_copied": self.bytes_copied, "step_bytes": self.step_bytes,
-            "step_distinct_blocks": int(np.unique(self._last_blocks).size), "epoch": self.epoch,
+            "step_distinct_blocks": int(np.unique(blocks[lo:hi]).size), "epoch": self.epoch,
             "epoch_distinct_blocks": int(self._epoch_map.sum()), "epoch_bytes": self.epoch_bytes,
             "groups_entered": self.groups_entered, "bytes_prefetched": self.bytes_prefetched,
             "bytes_released": self.bytes_released,

@@ -188,3 +188,41 @@ def test_workers_partition_the_items_from_any_resume_point(workers, first, extra
     merged = sorted(itertools.chain.from_iterable(shares))
     assert merged == list(range(first, stop))
     assert max(map(len, shares)) - min(map(len, shares)) <= 1
+
+
+# -- tabulated group permutations (a speed path that must not change the order) -----------------------------
+
+
+def _direct(order: SampleOrder, epoch: int, positions: np.ndarray) -> np.ndarray:
+    """The order evaluated in calls too small to use a group table."""
+    from shardkit.order import shuffle
+
+    step = shuffle._TABLE_MIN_POSITIONS - 1
+    return np.concatenate([order.sample_ids(epoch, positions[i:i + step]) for i in range(0, positions.size, step)])
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 40_000), block=st.integers(1, 4096), group=st.integers(1, 9),
+       mode=st.sampled_from(["block", "full"]), seed=st.integers(0, 2**63), epoch=st.integers(0, 5),
+       start=st.integers(0, 40_000), count=st.integers(2048, 12_000))
+def test_tabulated_group_order_equals_direct_evaluation(n, block, group, mode, seed, epoch, start, count):
+    order = SampleOrder(n, ShuffleConfig(mode=mode, block_samples=block, group_blocks=group), seed)
+    positions = (np.arange(count, dtype=np.int64) + start) % n
+    positions = np.sort(positions)  # one ascending run (how the loader asks), possibly spanning groups
+    assert np.array_equal(order.sample_ids(epoch, positions), _direct(order, epoch, positions))
+    # a second epoch through the same object: tables are keyed by (epoch, group), never reused across epochs
+    assert np.array_equal(order.sample_ids(epoch + 1, positions), _direct(order, epoch + 1, positions))
+
+
+def test_groups_larger_than_the_table_limit_are_evaluated_directly(monkeypatch):
+    from shardkit.order import shuffle
+
+    order = SampleOrder(10_000, ShuffleConfig(mode="full"), 7)
+    positions = np.arange(10_000, dtype=np.int64)
+    tabulated = order.sample_ids(0, positions)
+    assert order._tables  # the whole-dataset group was tabulated
+    monkeypatch.setattr(shuffle, "_TABLE_MAX_SAMPLES", 1000)
+    fresh = SampleOrder(10_000, ShuffleConfig(mode="full"), 7)
+    assert np.array_equal(fresh.sample_ids(0, positions), tabulated)
+    assert not fresh._tables
+    assert len(order._tables) <= shuffle._TABLES_KEPT

@@ -115,3 +115,24 @@ def test_evict_drops_finished_blocks_from_the_page_cache(dataset):
         f.read()
     kept._work([], [np.array([0])])
     assert _resident_pages(path) > 0  # release="unmap": the pages stay cached for other readers
+
+
+def test_read_metrics_equal_a_per_step_count():
+    """Steps are marked in the epoch map lazily, per run of consecutive rows: the counts must not change."""
+    rng = np.random.default_rng(3)
+    lazy = ReadMetrics()
+    seen: dict[int, set[int]] = {}
+    for chunk in range(6):
+        epoch = chunk // 2
+        blocks = rng.integers(0, 50, size=400)
+        bounds = np.unique(np.concatenate([[0, 400], rng.integers(0, 400, size=7)])).tolist()
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            lazy.record_step(epoch, blocks, lo, hi, 10, 50)
+            seen.setdefault(epoch, set()).update(blocks[lo:hi].tolist())
+            if rng.random() < 0.5:  # unread steps accumulate as one pending run
+                continue
+            m = lazy.to_json()
+            assert m["epoch"] == epoch
+            assert m["epoch_distinct_blocks"] == len(seen[epoch])
+            assert m["step_distinct_blocks"] == len(set(blocks[lo:hi].tolist()))
+            assert m["step_bytes"] == (hi - lo) * 10
