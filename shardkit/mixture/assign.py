@@ -13,7 +13,7 @@ from enum import Enum
 
 import numpy as np
 
-from .interleave import PhasePlan
+from .phases import PhasePlan
 
 __all__ = ["Assigner", "AssignMode"]
 

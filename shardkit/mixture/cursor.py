@@ -25,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import ConfigError
-from .interleave import Location, PhasePlan
+from .phases import Location, PhasePlan
 
 __all__ = ["Cursor", "Exhaustion", "phase_starts"]
 

@@ -16,7 +16,7 @@ import numpy as np
 from ..batching import num_windows
 from ..batching.readahead import ReadMetrics
 from .cursor import Cursor, Exhaustion
-from .interleave import PhasePlan
+from .phases import PhasePlan
 
 __all__ = ["MixtureMetrics"]
 

@@ -37,7 +37,8 @@ import numpy as np
 from ..errors import ConfigError, InputError, MissingDependencyError
 from ..order import BatchSchedule, Constant, Piecewise, Ramp, ShuffleMode
 from ..units import parse_count
-from .interleave import Phase, PhasePlan, as_weight, normalize_weights
+from .phases import Phase, PhasePlan
+from .weights import as_weight, normalize_weights
 
 __all__ = ["FORMAT_VERSION", "Recipe", "RecipeWarning", "SourceSpec", "WeightsBy", "load_recipe"]
 

@@ -1,4 +1,4 @@
-"""Property tests of shardkit.mixture.interleave: exact proportions, batch bounds, counters, phases.
+"""Property tests of shardkit.mixture (interleave, batch_interleave, phases): exact proportions, batch bounds, counters, phases.
 
 Two levels: `Interleave` (one order of positions: prefixes within 1, windows within 2) and
 `BatchInterleave` (what a phase uses: every batch within 1, prefixes at batch boundaries within `max_lag`).
@@ -20,7 +20,7 @@ from shardkit.mixture import (
     normalize_weights,
     token_to_sample_weights,
 )
-from shardkit.mixture import interleave as il
+from shardkit.mixture import batch_interleave as il
 from shardkit.order import Constant, Piecewise, Ramp
 
 # -- strategies -----------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import pytest
 
 from shardkit.errors import ConfigError
 from shardkit.mixture import BatchInterleave, Phase, PhasePlan
-from shardkit.mixture import interleave as il
+from shardkit.mixture import batch_interleave as il
 from shardkit.order import Constant, Piecewise, Ramp
 
 
