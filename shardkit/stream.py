@@ -42,15 +42,10 @@ def _items(loader: Loader | MixtureLoader, workers: int) -> Iterator[dict[str, A
     if workers <= 0:
         yield from loader
         return
-    from torch.utils.data import DataLoader  # optional dependency, only for --workers
+    from .torch import ShardkitDataLoader  # optional dependency, only for --workers
 
-    from .torch import ShardkitDataLoader, ShardkitIterableDataset
-
-    if isinstance(loader, Loader):  # groups of batches through shared memory: what a trainer should use
-        items: Any = ShardkitDataLoader(loader, num_workers=workers)
-    else:  # a MixtureLoader has the IterableDataset's surface (one transfer per batch)
-        items = DataLoader(ShardkitIterableDataset(loader), batch_size=None,  # type: ignore[arg-type]
-                           num_workers=workers)
+    # groups of batches through shared memory: what a trainer should use
+    items: Any = ShardkitDataLoader(loader, num_workers=workers)
     for item in items:
         yield {k: (v.numpy() if hasattr(v, "numpy") else v) for k, v in item.items()}
 

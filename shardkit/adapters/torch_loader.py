@@ -14,6 +14,9 @@ descriptor over a socket; that costs more than building a small batch (batch 8 �
   into items as views. A worker waits before reusing a slot that is not released; with torch's bounded
   prefetch and two spare slots this does not happen in practice.
 
+Items of one group may differ in shape (a mixture's phases change seq_len and batch size): the group is
+stored as runs of items of one shape, each run one array per field.
+
 Worker w of k builds groups w, w + k, … counted from the start point; DataLoader collects results from
 its workers round-robin, so items arrive in order for any worker count. The position lives here in the
 main process: `state_dict()` is the loader state after the last item handed out, and resumes with any
@@ -22,6 +25,7 @@ worker count (or none).
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -32,6 +36,7 @@ import numpy as np
 
 from ..errors import ConfigError, MissingDependencyError
 from ..loader import Loader
+from ..mixture.loader import MixtureLoader
 
 try:
     import torch
@@ -52,28 +57,69 @@ def _align(n: int) -> int:
     return -(-n // _ALIGN) * _ALIGN
 
 
-class _Layout:
-    """Where each field of a group goes in a slot, and the most bytes a slot can need."""
+def _token_dtype(loader: Loader | MixtureLoader) -> np.dtype:
+    return loader.dtype if isinstance(loader, MixtureLoader) else loader.dataset.dtype
 
-    def __init__(self, loader: Loader, token_dtype: np.dtype, group: int) -> None:
+
+def _max_item_shape(loader: Loader | MixtureLoader) -> tuple[int, int]:
+    """(most rows in one item, widest token row) anywhere in the run: what a slot must hold."""
+    m = loader.config.micro_batch_size
+    if isinstance(loader, MixtureLoader):
+        phases = loader.plan.phases
+        batch = max(size for p in phases for _, _, size in p.batch.stages)
+        return m or batch // loader.world_size, max(p.seq_len for p in phases) + 1
+    return (m or max(size for _, _, size in loader.schedule.stages) // loader.world_size,
+            loader.config.seq_len + 1)
+
+
+def _item_shape_at(loader: Loader | MixtureLoader, batch: int) -> tuple[int, int]:
+    """(rows, token row width) of the items of global batch `batch`."""
+    m = loader.config.micro_batch_size
+    if isinstance(loader, MixtureLoader):
+        loc = loader.plan.locate(min(batch, loader.plan.num_batches - 1))
+        p = loader.plan.phases[loc.phase]
+        return m or int(p.batch.size(loc.batch)) // loader.world_size, p.seq_len + 1
+    return m or loader.schedule.size(batch) // loader.world_size, loader.config.seq_len + 1
+
+
+class _Layout:
+    """The most bytes a slot can need: every field of `group` of the largest items, each run aligned."""
+
+    def __init__(self, loader: Loader | MixtureLoader, token_dtype: np.dtype, group: int) -> None:
         f = loader.config.fields
-        L = loader.config.seq_len
-        rows = group * (loader.config.micro_batch_size
-                        or max(size for _, _, size in loader.schedule.stages) // loader.world_size)
-        self.fields: list[tuple[str, np.dtype, int]] = [("tokens", token_dtype, rows * (L + 1))]
+        rows, width = _max_item_shape(loader)
+        rows *= group
+        sizes = [rows * width * token_dtype.itemsize]
         if f.position_ids:
-            self.fields.append(("position_ids", np.dtype(np.int64), rows * L))
+            sizes.append(rows * (width - 1) * 8)
         if f.loss_mask:
-            self.fields.append(("loss_mask", np.dtype(np.float32), rows * L))
+            sizes.append(rows * (width - 1) * 4)
         if f.cu_seqlens:
-            self.fields.append(("cu_seqlens", np.dtype(np.int32), rows * (L + 1)))
-        self.slot_bytes = sum(_align(n * dt.itemsize) for _, dt, n in self.fields)
+            sizes.append(rows * width * 4)
+        if isinstance(loader, MixtureLoader):
+            sizes.append(rows * 8)  # the source of every row
+        # a group splits into at most `group` runs of one shape, each field of a run aligned on its own
+        self.slot_bytes = sum(_align(n) for n in sizes) + group * len(sizes) * _ALIGN
+
+
+def _runs(items: list[dict[str, Any]], names: list[str]) -> list[tuple[int, int]]:
+    """[start, stop) of each run of consecutive items whose arrays share trailing shapes and dtypes."""
+    def shape(it: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple((it[n].shape[1:], it[n].dtype.str) for n in names)
+
+    runs, start = [], 0
+    for i in range(1, len(items) + 1):
+        if i == len(items) or shape(items[i]) != shape(items[start]):
+            runs.append((start, i))
+            start = i
+    return runs
 
 
 class _Groups(IterableDataset):
     """Worker side: groups g ≡ worker (mod workers) of `group` consecutive units from `first`."""
 
-    def __init__(self, loader: Loader, first: int, group: int, token_dtype: np.dtype, shm_name: str,
+    def __init__(self, loader: Loader | MixtureLoader, first: int, group: int, token_dtype: np.dtype,
+                 shm_name: str,
                  ring: int, slot_bytes: int, workers: int) -> None:
         super().__init__()
         self.loader, self.first, self.group, self.token_dtype = loader, first, group, token_dtype
@@ -105,49 +151,49 @@ class _Groups(IterableDataset):
         while int(released[worker]) <= k - self.ring:  # the slot's previous group is still being copied out
             time.sleep(0.0002)
         items = [item for _, item in units]
-        first = items[0]
+        names = [n for n, v in items[0].items() if isinstance(v, np.ndarray)]
         base = _align(self.workers * 8) + (worker * self.ring + k % self.ring) * self.slot_bytes
         layout = []
         at = 0
-        for name in ("tokens", "position_ids", "loss_mask", "cu_seqlens"):
-            if name not in first:
-                continue
-            arrays = [it[name] for it in items]
-            dtype = self.token_dtype if name == "tokens" else arrays[0].dtype
-            shape = (sum(a.shape[0] for a in arrays), *arrays[0].shape[1:])
-            nbytes = int(np.prod(shape)) * dtype.itemsize
-            if at + nbytes > self.slot_bytes:
-                raise RuntimeError(f"shardkit: a group of {len(items)} items needs more than the "
-                                   f"{self.slot_bytes:,}-byte slot reserved for it")
-            out = np.ndarray(shape, dtype, buffer=shm.buf, offset=base + at)
-            np.concatenate(arrays, axis=0, out=out)
-            layout.append((name, dtype.str, shape, base + at))
-            at += _align(nbytes)
-        scalars = sorted(n for n, v in first.items() if isinstance(v, (int, np.integer)))
-        return {"worker": worker, "seq": k, "layout": layout, "rows": [it["tokens"].shape[0] for it in items],
-                "lengths": [it["cu_seqlens"].shape[0] for it in items] if "cu_seqlens" in first else None,
-                "scalar_names": scalars, "scalars": [[int(it[n]) for n in scalars] for it in items]}
+        for start, stop in _runs(items, names):
+            for name in names:
+                arrays = [it[name] for it in items[start:stop]]
+                dtype = self.token_dtype if name == "tokens" else arrays[0].dtype
+                shape = (sum(a.shape[0] for a in arrays), *arrays[0].shape[1:])
+                nbytes = int(np.prod(shape)) * dtype.itemsize
+                if at + nbytes > self.slot_bytes:
+                    raise RuntimeError(f"shardkit: a group of {len(items)} items needs more than the "
+                                       f"{self.slot_bytes:,}-byte slot reserved for it")
+                out = np.ndarray(shape, dtype, buffer=shm.buf, offset=base + at)
+                np.concatenate(arrays, axis=0, out=out)
+                layout.append((name, dtype.str, shape, base + at, start, stop))
+                at += _align(nbytes)
+        return {"worker": worker, "seq": k, "layout": layout, "names": names,
+                "lengths": [[int(it[n].shape[0]) for n in names] for it in items],
+                "scalars": [{n: v for n, v in it.items() if not isinstance(v, np.ndarray)} for it in items]}
 
 
-def _unpack(group: dict[str, Any], arrays: dict[str, torch.Tensor], *, tokens_only: bool
-            ) -> Iterator[dict[str, Any]]:
-    """The items of a group, as views of its (copied-out) tensors."""
-    names = group["scalar_names"]
-    lengths = group["lengths"]
-    tokens = arrays["tokens"]
-    extra = [k for k in ("position_ids", "loss_mask") if k in arrays]
-    r = c = 0
-    for i, (n, values) in enumerate(zip(group["rows"], group["scalars"])):
-        t = tokens[r:r + n]
-        item: dict[str, Any] = {"tokens": t} if tokens_only else {"input_ids": t[:, :-1], "labels": t[:, 1:]}
-        for k in extra:
-            item[k] = arrays[k][r:r + n]
-        if lengths is not None:
-            item["cu_seqlens"] = arrays["cu_seqlens"][c:c + lengths[i]]
-            c += lengths[i]
-        item.update(zip(names, values))
-        r += n
-        yield item
+def _unpack(group: dict[str, Any], arrays: list[torch.Tensor], *, tokens_only: bool) -> Iterator[dict[str, Any]]:
+    """The items of a group, as views of its (copied-out) tensors, one per (run, field) of the layout."""
+    names = group["names"]
+    field = {name: j for j, name in enumerate(names)}
+    runs: dict[tuple[int, int], dict[str, torch.Tensor]] = {}
+    for (name, _, _, _, start, stop), t in zip(group["layout"], arrays):
+        runs.setdefault((start, stop), {})[name] = t
+    for (start, stop), tensors in runs.items():
+        at = dict.fromkeys(names, 0)
+        for i in range(start, stop):
+            item: dict[str, Any] = {}
+            for name, t in tensors.items():
+                n = group["lengths"][i][field[name]]
+                v = t[at[name]:at[name] + n]
+                at[name] += n
+                if name == "tokens" and not tokens_only:
+                    item["input_ids"], item["labels"] = v[:, :-1], v[:, 1:]
+                else:
+                    item[name] = v
+            item.update(group["scalars"][i])
+            yield item
 
 
 class ShardkitDataLoader:
@@ -159,7 +205,8 @@ class ShardkitDataLoader:
     `group` is the number of items per transfer (default: about 2 MiB of tokens).
     """
 
-    def __init__(self, loader: Loader, *, num_workers: int = 0, token_dtype: torch.dtype | None = None,
+    def __init__(self, loader: Loader | MixtureLoader, *, num_workers: int = 0,
+                 token_dtype: torch.dtype | None = None,
                  group: int | None = None, pin_memory: bool = False, **dataloader_kwargs: Any) -> None:
         bad = [k for k in _FORBIDDEN if k in dataloader_kwargs]
         if bad:
@@ -175,19 +222,22 @@ class ShardkitDataLoader:
         self.pin_memory = pin_memory and torch.cuda.is_available()
         self.dataloader_kwargs = dataloader_kwargs
         self._tokens_only = loader.config.fields.tokens_only
-        # workers always produce the (rows, seq_len + 1) token array; input_ids/labels are cut from it here
-        self._worker_loader = Loader(loader.dataset, replace(
-            loader.config, fields=replace(loader.config.fields, tokens_only=True), rank=loader.rank,
-            world_size=loader.world_size))
         self._next = (loader.step, loader._micro)  # (batch, micro) of the next item to hand out
         self._group = group
+
+    def _worker_loader(self) -> Loader | MixtureLoader:
+        """The loader as workers use it: the same position and stream, but items carry the (rows, seq_len + 1)
+        token array (input_ids/labels are cut from it here). Made anew per iteration, so a load_state_dict
+        in between (even onto a changed recipe) is what the workers continue from."""
+        ld = copy.copy(self.loader)
+        ld.config = replace(ld.config, fields=replace(ld.config.fields, tokens_only=True))
+        return ld
 
     def _group_size(self) -> int:
         if self._group is not None:
             return self._group
-        ld = self.loader
-        rows = ld.config.micro_batch_size or ld.schedule.size(self._next[0]) // ld.world_size
-        return max(1, _GROUP_BYTES // (rows * (ld.config.seq_len + 1) * ld.dataset.dtype.itemsize))
+        rows, width = _item_shape_at(self.loader, self._next[0])
+        return max(1, _GROUP_BYTES // (rows * width * _token_dtype(self.loader).itemsize))
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         """Items from the current position on (a second loop continues where the first stopped)."""
@@ -197,7 +247,7 @@ class ShardkitDataLoader:
                 self._advance(item)
                 yield to_torch(item, self.token_dtype)
             return
-        token_dtype = _numpy_dtype(self.token_dtype) if self.token_dtype is not None else self.loader.dataset.dtype
+        token_dtype = _numpy_dtype(self.token_dtype) if self.token_dtype is not None else _token_dtype(self.loader)
         group = self._group_size()
         layout = _Layout(self.loader, token_dtype, group)
         ring = (self.dataloader_kwargs.get("prefetch_factor") or 2) + 2
@@ -206,12 +256,12 @@ class ShardkitDataLoader:
         try:
             released = np.ndarray((self.num_workers,), np.int64, buffer=shm.buf)
             released[:] = 0
-            groups = _Groups(self._worker_loader, first, group, token_dtype, shm.name, ring, layout.slot_bytes,
+            groups = _Groups(self._worker_loader(), first, group, token_dtype, shm.name, ring, layout.slot_bytes,
                              self.num_workers)
             dl = DataLoader(groups, batch_size=None, num_workers=self.num_workers, **self.dataloader_kwargs)
             for g in dl:
-                arrays = {name: self._copy_out(np.ndarray(shape, np.dtype(dt), buffer=shm.buf, offset=off))
-                          for name, dt, shape, off in g["layout"]}
+                arrays = [self._copy_out(np.ndarray(shape, np.dtype(dt), buffer=shm.buf, offset=off))
+                          for _, dt, shape, off, _, _ in g["layout"]]
                 released[g["worker"]] = g["seq"] + 1
                 for item in _unpack(g, arrays, tokens_only=self._tokens_only):
                     self._advance(item)
@@ -241,7 +291,8 @@ class ShardkitDataLoader:
         """The loader state after the last item handed out: JSON-able, resumable with any worker count."""
         return self.loader.state_at(*self._next)
 
-    def load_state_dict(self, state: dict[str, Any], *, force: bool = False) -> None:
-        """Continue from `state` (a `state_dict()` or `Loader.state_dict()`) at the next iteration."""
-        self.loader.load_state_dict(state, force=force)
+    def load_state_dict(self, state: dict[str, Any], **kwargs: Any) -> None:
+        """Continue from `state` (a `state_dict()` or the loader's own) at the next iteration; keyword
+        arguments go to the loader's `load_state_dict` (`force`, a mixture's `allow_recipe_change`)."""
+        self.loader.load_state_dict(state, **kwargs)
         self._next = (self.loader.step, self.loader._micro)

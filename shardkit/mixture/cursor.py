@@ -113,8 +113,11 @@ class Cursor:
         return self.bases[phase][source] + counter
 
     def batch_at_global_sample(self, sample: int) -> int:
-        """The global batch holding global sample `sample` (samples summed over all phases)."""
+        """The global batch holding global sample `sample` (samples summed over all phases); a sample past
+        the plan's last batch maps to `num_batches` (the end), where unit walks stop."""
         bounds = self.plan.bounds
+        if sample >= bounds[-1].first_sample + bounds[-1].num_samples:
+            return self.plan.num_batches
         i = max(0, int(np.searchsorted([b.first_sample for b in bounds], sample, side="right")) - 1)
         local = self.plan.phases[i].batch.batch_at_sample(sample - bounds[i].first_sample)
         return bounds[i].first_batch + int(local)

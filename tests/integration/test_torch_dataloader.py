@@ -142,3 +142,64 @@ for i, item in enumerate(dl):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+# -- a MixtureLoader: items change shape at phase boundaries (seq_len, batch size) ------------------------------
+
+from shardkit.mixture import MixtureLoader  # noqa: E402
+from support.mixtures import make_sources  # noqa: E402
+
+MIX_SEQ = 8
+
+
+def _recipe():
+    return {
+        "seed": 3, "seq_len": MIX_SEQ,
+        "phases": [
+            {"name": "short", "tokens": 600, "mix": {"web": 0.6, "code": 0.4},
+             "batch": {"ramp": {"start": 2, "increment": 2, "over_samples": 20, "final": 6}}},
+            {"name": "long", "tokens": 900, "batch": 4, "seq_len": 3 * MIX_SEQ,
+             "mix": {"web": 0.25, "code": 0.25, "math": 0.5}},
+        ],
+        "sources": {"web": {"path": "web"}, "code": {"path": "code"}, "math": {"path": "math"}},
+    }
+
+
+@pytest.fixture(scope="module")
+def mix_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tdl-mix")
+    make_sources(root)
+    return root
+
+
+def _mixture(root, **kw):
+    return MixtureLoader(_recipe(), base_dir=root, readahead=False, **kw)
+
+
+MIX_CASES = [
+    dict(),
+    dict(micro_batch_size=2),
+    dict(world_size=2, rank=1, fields=BatchFields(position_ids=True, cu_seqlens=True, loss_mask=True)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(MIX_CASES)))
+@pytest.mark.parametrize("workers,group", [(0, None), (2, None), (3, 2), (2, 5)])
+def test_mixture_items_equal_the_mixture_loader_across_phases(mix_root, case, workers, group):
+    ref = _items(_mixture(mix_root, **MIX_CASES[case]))
+    assert {it["phase_name"] for it in ref} == {"short", "long"}  # the run crosses the seq_len change
+    assert len({it["input_ids"].shape for it in ref}) > 1
+    got = _items(ShardkitDataLoader(_mixture(mix_root, **MIX_CASES[case]), num_workers=workers, group=group))
+    _same(got, ref)
+
+
+@pytest.mark.parametrize("workers_before,workers_after", [(2, 3), (3, 0)])
+def test_mixture_resume_through_the_dataloader(mix_root, workers_before, workers_after):
+    ref = _items(_mixture(mix_root))
+    dl = ShardkitDataLoader(_mixture(mix_root), num_workers=workers_before, group=2)
+    cut = len(ref) // 2 + 1  # inside the second phase's neighbourhood, not on a group boundary
+    head = _items(dl, cut)
+    state = json.loads(json.dumps(dl.state_dict()))
+    again = ShardkitDataLoader(_mixture(mix_root), num_workers=workers_after)
+    again.load_state_dict(state)
+    _same(head + _items(again), ref)
