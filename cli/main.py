@@ -15,6 +15,7 @@ from shardkit import ShardkitError, __version__
 from .adopt_cmd import adopt_cmd
 from .demo_cmd import demo_cmd
 from .inspect_cmd import inspect_cmd, show_cmd
+from .merge_cmd import merge_cmd
 from .pack_cmd import pack_cmd
 from .stream_cmd import stream_cmd
 from .verify_cmd import verify_cmd
@@ -50,6 +51,7 @@ cli.add_command(stream_cmd)
 cli.add_command(verify_cmd)
 cli.add_command(inspect_cmd)
 cli.add_command(show_cmd)
+cli.add_command(merge_cmd)
 
 
 def main() -> None:

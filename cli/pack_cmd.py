@@ -14,6 +14,7 @@ from shardkit.writer import ShardLimits
 
 from .options import ByteSize, json_option
 from .progress import StatusLine, format_duration, pack_status
+from .scale_out import run_job, scale_out_options, wants_job, with_task
 
 
 def _shard_size(ctx, param, value):
@@ -46,10 +47,11 @@ def _shard_size(ctx, param, value):
 @click.option("--resume/--no-resume", default=None,
               help="Default: finish an unfinished pack of the same job if one is there. --resume insists on one.")
 @click.option("--overwrite", is_flag=True, help="Replace a finished dataset or unfinished pack in OUTPUT.")
+@scale_out_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress line.")
 @json_option
 def pack_cmd(inputs, output, tokenizer, tokenizer_backend, workers, shard_size, checksum_block_size, text_field,
-             id_field, encoding_errors, eos, bos, on_error, resume, overwrite, quiet, as_json):
+             id_field, encoding_errors, eos, bos, on_error, resume, overwrite, quiet, as_json, **scale_out):
     """Tokenize INPUTS (files, directories, globs or URLs of JSONL/Parquet/text) into a dataset at OUTPUT."""
     config = PackConfig(
         inputs=tuple(inputs),
@@ -63,6 +65,9 @@ def pack_cmd(inputs, output, tokenizer, tokenizer_backend, workers, shard_size, 
         overwrite=overwrite,
         resume={None: ResumeMode.AUTO, True: ResumeMode.REQUIRE, False: ResumeMode.NEVER}[resume],
     )
+    config = with_task(config, scale_out)  # --task-id: this run packs one part
+    if wants_job(config, scale_out):  # --num-tasks without --task-id: all tasks, then the merge
+        return run_job(config, scale_out, quiet=quiet, as_json=as_json)
     status = StatusLine(enabled=not quiet and not as_json)
     try:
         result = pack(config, progress=lambda p: status.update(pack_status(p)))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ReaderError
-from ..readers import ReaderConfig, read_records
+from ..readers import ReaderConfig, Record, read_records
 from ..sources import InputFile
 
 __all__ = ["Skip", "Chunk", "iter_chunks", "CHUNK_CHARS", "CHUNK_DOCS"]
@@ -54,11 +54,13 @@ def iter_chunks(
     start_file: int = 0,
     start_record: int = 0,
     on_file_error: Callable[[ReaderError], None] | None = None,
+    read: Callable[[InputFile, ReaderConfig, int], Iterator[Record]] = read_records,
 ) -> Iterator[Chunk]:
     """Chunks from position (start_file, start_record) to the end of the inputs, in order.
 
     A file that fails part-way (corrupt or truncated) becomes one skip event at the failing location;
-    `on_file_error` may raise instead (the `fail` policy).
+    `on_file_error` may raise instead (the `fail` policy). `read` reads one input (a task's slices of
+    files are read by `slices.read_slice_records`).
     """
     done_bytes = sum(f.size for f in files[:start_file])
     chunk = Chunk()
@@ -67,7 +69,7 @@ def iter_chunks(
         start = start_record if fi == start_file else 0
         file_chars = 0
         try:
-            for rec in read_records(f, reader, start=start):
+            for rec in read(f, reader, start):
                 if rec.error is not None or rec.text is None:
                     chunk.skips.append(Skip(len(chunk.texts), fi, rec.location, rec.error or "no text"))
                     continue
@@ -97,7 +99,8 @@ def iter_chunks(
 
 
 def sample_texts(files: Sequence[InputFile], reader: ReaderConfig, *, max_docs: int = 128,
-                 max_chars: int = 1 << 18, per_doc: int = 8192) -> list[str]:
+                 max_chars: int = 1 << 18, per_doc: int = 8192,
+                 read: Callable[[InputFile, ReaderConfig, int], Iterator[Record]] = read_records) -> list[str]:
     """The first documents of the input (each cut to `per_doc` chars), for the tokenizer self-check.
 
     Small on purpose: the slow reference backend encodes it at every pack start-up. Unreadable files
@@ -107,7 +110,7 @@ def sample_texts(files: Sequence[InputFile], reader: ReaderConfig, *, max_docs: 
     chars = 0
     for f in files:
         try:
-            for rec in read_records(f, reader):
+            for rec in read(f, reader, 0):
                 if rec.text:
                     out.append(rec.text[:per_doc])
                     chars += len(out[-1])

@@ -10,6 +10,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..readers import ReaderConfig
 from ..writer import ShardLimits
+from .tasks import TaskSpec
 
 __all__ = ["OnError", "ResumeMode", "TokenizeOptions", "PackConfig"]
 
@@ -52,6 +53,7 @@ class PackConfig:
     workers: int = 0  # 0: one per core
     overwrite: bool = False
     resume: ResumeMode = ResumeMode.AUTO
+    task: TaskSpec | None = None  # pack one task of a split job into a part (see tasks.py)
 
     def __post_init__(self) -> None:
         if not self.inputs:

@@ -35,6 +35,7 @@ from .config import OnError, PackConfig, ResumeMode
 from .memory import pin_malloc_thresholds
 from .output_dir import locked_output, prepare_output, remove_shardkit_files
 from .pool import ordered_map
+from .slices import plan_task, read_slice_records
 from .stats import PackStats
 from .worker import WorkerSetup, encode_chunk, init_worker
 
@@ -72,12 +73,15 @@ class PackResult:
     skip_examples: list[dict[str, str]] = field(default_factory=list)
 
 
-def _job(config: PackConfig, files: list[InputFile], tokenizer: dict[str, Any]) -> tuple[dict[str, Any], str]:
+def _job(config: PackConfig, files: list[InputFile], tokenizer: dict[str, Any],
+         task: dict[str, Any] | None = None) -> tuple[dict[str, Any], str]:
     job = {
         "inputs": [[f.url, f.size] for f in files],
         "tokenizer": tokenizer,
         "options": config.options_json(),
     }
+    if task is not None:  # one task of a split job: which one, of which split
+        job["task"] = {k: task[k] for k in ("task_id", "num_tasks", "granularity", "plan")}
     job_id = hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()
     return job, job_id
 
@@ -203,6 +207,9 @@ def pack(config: PackConfig, *, progress: Callable[[PackProgress], None] | None 
     pin_malloc_thresholds()
     out = Path(config.output)
     files = list_inputs(config.inputs)
+    task_meta = None
+    if config.task is not None:  # every task lists all inputs and computes the same split
+        files, task_meta = plan_task(config.task, files)
     with locked_output(out):
         journal_path = out / JOURNAL_NAME
         previous = Journal.read(journal_path)
@@ -220,7 +227,7 @@ def pack(config: PackConfig, *, progress: Callable[[PackProgress], None] | None 
         # the fast path's self-check on real input runs once the workers are starting (see _encoded)
         tokenizer = load_tokenizer(config.tokenize.tokenizer, backend=config.tokenize.backend)
         note = getattr(tokenizer, "fastpath_note", None)
-        samples = sample_texts(files, config.reader) if needs_self_check(tokenizer) else []
+        samples = sample_texts(files, config.reader, read=read_slice_records) if needs_self_check(tokenizer) else []
         spec = tokenizer.spec
         dtype = token_dtype_for_vocab(spec.vocab_size)
         spec_json = {k: v for k, v in spec.to_json().items() if k != "backend"}
@@ -230,7 +237,7 @@ def pack(config: PackConfig, *, progress: Callable[[PackProgress], None] | None 
             raise PackError(f"tokenizer {spec.name} has no end-of-text token; pass --no-eos")
         if config.tokenize.prepend_bos and bos is None:
             raise PackError(f"tokenizer {spec.name} has no beginning-of-text token; drop --bos")
-        job, job_id = _job(config, files, spec_json)
+        job, job_id = _job(config, files, spec_json, task_meta)
 
         kept: list[JournalEntry] = []
         if previous is not None:
@@ -247,6 +254,7 @@ def pack(config: PackConfig, *, progress: Callable[[PackProgress], None] | None 
         journal.start(kept)
 
         writer = ShardWriter(out, dtype=dtype, limits=config.limits, next_index=len(kept),
+                             prefix=config.task.shard_prefix if config.task is not None else "shard",
                              with_ids=config.reader.id_field is not None)
         stats = PackStats.from_json(kept[-1].stats) if kept else PackStats()
         run = _Run(config, files, writer, journal, stats, [e.shard for e in kept], progress)
@@ -269,7 +277,7 @@ def pack(config: PackConfig, *, progress: Callable[[PackProgress], None] | None 
 
         def chunks() -> Iterable[Chunk]:
             return iter_chunks(files, config.reader, start_file=start_file, start_record=start_record,
-                               on_file_error=fail_file)
+                               on_file_error=fail_file, read=read_slice_records)
 
         def check() -> Tokenizer:
             nonlocal note
@@ -293,7 +301,7 @@ def pack(config: PackConfig, *, progress: Callable[[PackProgress], None] | None 
             raise
         finally:
             scratch.cleanup()
-        if not run.entries:
+        if not run.entries and config.task is None:  # a task's part may be empty (more tasks than data)
             journal.remove()
             raise PackError(f"no documents were packed from {len(files)} input file(s): "
                             f"{stats.skipped} record(s) skipped "
@@ -307,7 +315,8 @@ def pack(config: PackConfig, *, progress: Callable[[PackProgress], None] | None 
             eos_appended=config.tokenize.append_eos,
             bos_prepended=config.tokenize.prepend_bos,
             pack={"inputs": list(config.inputs), "input_files": len(files),
-                  "input_bytes": run.total_bytes, "options": config.options_json()},
+                  "input_bytes": run.total_bytes, "options": config.options_json(),
+                  **({"task": task_meta} if task_meta is not None else {})},
             stats=stats.to_json(),
             created={"at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                      "by": f"shardkit {__version__}", "tokenizer_backend": tokenizer.spec.backend,
