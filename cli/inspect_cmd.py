@@ -57,6 +57,7 @@ def render_summary(s: DatasetSummary) -> str:
         f"tokens     {s.tokens:,} ({human_count(s.tokens)})",
         f"bytes      {human_bytes(s.bin_bytes)} of tokens, {human_bytes(s.disk_bytes)} on disk",
     ]
+    lines += compression_lines(s)
     if s.sources:
         width = max(len(src["name"]) for src in s.sources)
         lines.append("sources")
@@ -67,6 +68,25 @@ def render_summary(s: DatasetSummary) -> str:
                  f"max {L.max:,} tokens")
     lines += histogram_lines(s.histogram, s.empty_docs)
     return "\n".join(lines)
+
+
+def compression_lines(s: DatasetSummary, max_shards: int = 20) -> list[str]:
+    """Total compression ratio, then one line per compressed shard (or the extremes, for many shards)."""
+    c = s.compression
+    if not c:
+        return []
+    kinds = sorted({f"{x['codec']} level {x['level']}, {human_bytes(x['frame_size'])} frames" for x in c})
+    stored = sum(x["file_bytes"] for x in c)
+    lines = [f"compressed {len(c):,} of {s.shards:,} shard(s) ({'; '.join(kinds)}): "
+             f"{human_bytes(sum(x['bin_bytes'] for x in c))} → {human_bytes(stored)}, ratio {s.compression_ratio:.2f}×"]
+    rows = c if len(c) <= max_shards else sorted(c, key=lambda x: x["ratio"])
+    if len(c) > max_shards:
+        rows = [rows[0], rows[-1]]
+        lines.append(f"  lowest and highest ratio of {len(c):,} shards:")
+    width = max(len(x["shard"]) for x in rows)
+    lines += [f"  {x['shard']:<{width}}  {human_bytes(x['bin_bytes']):>10} → {human_bytes(x['file_bytes']):>10}  "
+              f"{x['ratio']:.2f}×" for x in rows]
+    return lines
 
 
 def histogram_lines(counts: list[int], empty: int = 0) -> list[str]:

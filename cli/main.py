@@ -13,6 +13,7 @@ import click
 from shardkit import ShardkitError, __version__
 
 from .adopt_cmd import adopt_cmd
+from .decompress_cmd import decompress_cmd
 from .demo_cmd import demo_cmd
 from .inspect_cmd import inspect_cmd, show_cmd
 from .merge_cmd import merge_cmd
@@ -52,6 +53,7 @@ cli.add_command(verify_cmd)
 cli.add_command(inspect_cmd)
 cli.add_command(show_cmd)
 cli.add_command(merge_cmd)
+cli.add_command(decompress_cmd)
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ from shardkit.errors import ConfigError
 from shardkit.pack import OnError, PackConfig, PackResult, ResumeMode, TokenizeOptions, pack
 from shardkit.readers import ReaderConfig
 from shardkit.units import human_bytes, human_count, parse_shard_size
-from shardkit.writer import ShardLimits
+from shardkit.writer import Codec, CompressionConfig, ShardLimits
 
 from .options import ByteSize, json_option
 from .progress import StatusLine, format_duration, pack_status
@@ -38,6 +38,12 @@ def _shard_size(ctx, param, value):
               help="Block size of the per-shard checksums.")
 @click.option("--text-field", default="text", show_default=True, help="JSON/Parquet field with the text (dotted for nested).")
 @click.option("--id-field", default=None, help="Field kept per document in an NAME.ids.jsonl sidecar.")
+@click.option("--compression", type=click.Choice([c.value for c in Codec]), default="none", show_default=True,
+              help="zstd: store shards as NAME.bin.zst in independent frames (random access; not Megatron-readable).")
+@click.option("--compression-level", type=click.IntRange(1, 22), default=None,
+              help="zstd level (default 3; 1 fastest, 19+ slow to write, all equally fast to read).")
+@click.option("--frame-size", type=ByteSize(), default=None,
+              help="Uncompressed bytes per zstd frame, the unit of random access (default 1MiB).")
 @click.option("--encoding-errors", type=click.Choice(["strict", "replace"]), default="strict", show_default=True,
               help="strict: invalid UTF-8 makes a record bad; replace: decode with U+FFFD.")
 @click.option("--eos/--no-eos", default=True, show_default=True, help="Append the tokenizer's EOS to every document.")
@@ -50,8 +56,9 @@ def _shard_size(ctx, param, value):
 @scale_out_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress line.")
 @json_option
-def pack_cmd(inputs, output, tokenizer, tokenizer_backend, workers, shard_size, checksum_block_size, text_field,
-             id_field, encoding_errors, eos, bos, on_error, resume, overwrite, quiet, as_json, **scale_out):
+def pack_cmd(inputs, output, tokenizer, tokenizer_backend, workers, shard_size, checksum_block_size, compression,
+             compression_level, frame_size, text_field, id_field, encoding_errors, eos, bos, on_error, resume,
+             overwrite, quiet, as_json, **scale_out):
     """Tokenize INPUTS (files, directories, globs or URLs of JSONL/Parquet/text) into a dataset at OUTPUT."""
     config = PackConfig(
         inputs=tuple(inputs),
@@ -60,6 +67,13 @@ def pack_cmd(inputs, output, tokenizer, tokenizer_backend, workers, shard_size, 
         reader=ReaderConfig(text_field=text_field, id_field=id_field, encoding_errors=encoding_errors),
         limits=ShardLimits(max_bytes=shard_size.max_bytes, max_tokens=shard_size.max_tokens,
                            checksum_block_size=checksum_block_size),
+    if compression == Codec.NONE.value and (compression_level is not None or frame_size is not None):
+        raise click.UsageError("--compression-level and --frame-size need --compression zstd")
+    try:
+        compress = CompressionConfig(codec=Codec(compression), level=compression_level or 3,
+                                     **({"frame_size": frame_size} if frame_size is not None else {}))
+    except ConfigError as e:
+        raise click.BadParameter(str(e), param_hint="--frame-size") from None
         on_error=OnError(on_error),
         workers=workers,
         overwrite=overwrite,
@@ -67,6 +81,7 @@ def pack_cmd(inputs, output, tokenizer, tokenizer_backend, workers, shard_size, 
     )
     config = with_task(config, scale_out)  # --task-id: this run packs one part
     if wants_job(config, scale_out):  # --num-tasks without --task-id: all tasks, then the merge
+        compression=compress,
         return run_job(config, scale_out, quiet=quiet, as_json=as_json)
     status = StatusLine(enabled=not quiet and not as_json)
     try:
@@ -86,7 +101,7 @@ def result_json(r: PackResult) -> dict:
         "tokens": m.num_tokens, "dtype": m.dtype, "seconds": round(r.elapsed, 3), "workers": r.workers,
         "tokenizer_backend": r.tokenizer_backend, "tokenizer_note": r.tokenizer_note,
         "resumed_shards": r.resumed_shards, "input_files": r.input_files, "input_bytes": r.input_bytes,
-        "skipped": r.stats["skipped"],
+        "skipped": r.stats["skipped"], "stored_bytes": sum(s.data_bytes for s in m.shards),
     }
 
 
@@ -111,3 +126,6 @@ def summary_text(r: PackResult) -> str:
         lines.append(f"  skipped {sk['count']} record(s) ({reasons}); first:")
         lines += [f"    {e['location']}: {e['reason']}" for e in sk["examples"][:5]]
     return "\n".join(lines)
+    if m.compressed:
+        raw, stored = sum(s.bin_bytes for s in m.shards), sum(s.data_bytes for s in m.shards)
+        lines.insert(2, f"  compressed (zstd) to {human_bytes(stored)}, ratio {raw / max(stored, 1):.2f}×")

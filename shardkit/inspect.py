@@ -69,9 +69,17 @@ class DatasetSummary:
     sources: list[dict[str, Any]] = field(default_factory=list)  # name, docs, tokens, skipped, share
     skipped: int = 0
     created: dict[str, Any] = field(default_factory=dict)
+    stored_bytes: int = 0  # token files as stored: .bin, or .bin.zst for compressed shards
+    compression: list[dict[str, Any]] = field(default_factory=list)  # per compressed shard, see `_compression`
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def compression_ratio(self) -> float | None:
+        """Uncompressed / stored bytes over the compressed shards (None when no shard is compressed)."""
+        stored = sum(c["file_bytes"] for c in self.compression)
+        return sum(c["bin_bytes"] for c in self.compression) / stored if stored else None
 
 
 class LengthAccumulator:
@@ -120,7 +128,7 @@ class LengthAccumulator:
 def _disk_bytes(ds: Dataset) -> int:
     total = 0
     for name in ["manifest.json"] + [f"{s.name}{ext}" for s in ds.shards
-                                     for ext in (".bin", ".idx", ".sum.json", ".ids.jsonl")]:
+                                     for ext in (".bin", ".bin.zst", ".idx", ".sum.json", ".ids.jsonl")]:
         with contextlib.suppress(FileNotFoundError):  # the ids sidecar is optional
             total += os.stat(ds.path / name).st_size
     return total
@@ -149,7 +157,19 @@ def inspect_dataset(path: str | os.PathLike[str]) -> DatasetSummary:
         disk_bytes=_disk_bytes(ds), eos_appended=m.eos_appended, bos_prepended=m.bos_prepended,
         lengths=acc.stats(), histogram=acc.histogram.tolist(), empty_docs=acc.empty,
         tokens_per_shard=[e.num_tokens for e in m.shards], sources=sources,
-        skipped=_count(skipped.get("count")) if isinstance(skipped, dict) else 0, created=dict(m.created))
+        skipped=_count(skipped.get("count")) if isinstance(skipped, dict) else 0, created=dict(m.created),
+        stored_bytes=sum(e.data_bytes for e in m.shards), compression=_compression(ds))
+
+
+def _compression(ds: Dataset) -> list[dict[str, Any]]:
+    out = []
+    for e in ds.manifest.shards:
+        c = e.compression
+        if c is not None:
+            out.append({"shard": e.name, "codec": c.codec, "level": c.level, "frame_size": c.frame_size,
+                        "bin_bytes": e.bin_bytes, "file_bytes": c.file_bytes,
+                        "ratio": e.bin_bytes / c.file_bytes if c.file_bytes else 0.0})
+    return out
 
 
 def _count(value: object) -> int:

@@ -114,6 +114,8 @@ class Readahead:
         self._worker: threading.Thread | None = None
         self.evict = evict  # finished blocks leave the page cache too, not just this process's mapping
         self._populate_ok = True
+        # a remote dataset (shardkit.remote) replaces the page-cache hints by block downloads into its cache
+        self._remote = dataset.prefetch_window(seq_len, block_samples) if hasattr(dataset, "prefetch_window") else None
 
     def _ranges(self, blocks: np.ndarray):
         """(shard, byte start, byte length) of each block's tokens, split at shard boundaries."""
@@ -176,6 +178,9 @@ class Readahead:
         if not self.enabled:
             return
         self.metrics.groups_entered += 1
+        if self._remote is not None:
+            self._remote.enter_group(epoch, group, blocks, next_blocks)
+            return
         wanted = np.unique(np.concatenate([b for b in (blocks, next_blocks) if b is not None]))
         release = []
         with self._lock:

@@ -36,6 +36,8 @@ class WindowSource:
         self._sizes = np.diff(self._offsets)
         self._tokens: list[np.ndarray | None] = [None] * dataset.num_shards
         self._views: list[tuple[np.ndarray, int] | None] = [None] * dataset.num_shards
+        # remote datasets (shardkit.remote) only: reads wait for their cache blocks; None keeps local reads as they are
+        self._gate = dataset.read_gate(seq_len) if hasattr(dataset, "read_gate") else None
 
     def _shard_tokens(self, s: int) -> np.ndarray:
         t = self._tokens[s]
@@ -76,15 +78,21 @@ class WindowSource:
         inside = (local + self.window) <= self._sizes[shard]
         phases = np.array([int(-o % self.seq_len) for o in self._offsets[:-1].tolist()], dtype=np.int64)
         view_rows = (local - phases[shard]) // self.seq_len
+        if self._gate is not None:
+            self._gate.upcoming(shard, local)
         same = np.minimum.reduceat(shard, segments) == np.maximum.reduceat(shard, segments)
         return same & np.logical_and.reduceat(inside, segments), view_rows
 
     def gather_rows(self, shard: int, view_rows: np.ndarray) -> np.ndarray:
         """Whole windows of one shard as a new (n, seq_len + 1) array: one C-level gather, one copy."""
+        if self._gate is not None:
+            self._gate.rows(shard, self._rows_view(shard)[1], view_rows)
         return self._rows_view(shard)[0][view_rows]
 
     def fill_located(self, shard: np.ndarray, local: np.ndarray, out: np.ndarray) -> None:
         """`fill` for windows already located (the loader locates a whole chunk in one call)."""
+        if self._gate is not None:
+            self._gate.located(shard, local)
         inside = (local + self.window) <= self._sizes[shard]
         first = int(shard[0]) if shard.size else 0
         if shard.size and bool(inside.all()) and bool((shard == first).all()):

@@ -3,6 +3,8 @@
 Opening is cheap and strict: the manifest is validated, and every shard file must exist inside the
 dataset directory with exactly the size the manifest records, before anything is mapped. Each shard's
 index is parsed and checked on first use (O(documents in that shard)), then mapped read-only once.
+A compressed shard (`NAME.bin.zst`) is decompressed on first use into a verified plain copy in a local
+cache (`format.compressed.DecompressCache`) and that copy is mapped: readers see the same arrays.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from functools import cached_property
 from pathlib import Path
 
 import numpy as np
+from .compressed import DecompressCache
 
 from ..errors import ManifestError
 from .idx import IndexFile, check_index_arrays, read_index
@@ -24,12 +27,14 @@ __all__ = ["Dataset", "Shard", "open_dataset"]
 
 
 class Shard:
-    """One `.bin`/`.idx` pair; arrays are mapped on first use."""
+    """One `.bin`/`.idx` pair (or `.bin.zst`/`.idx`); arrays are mapped on first use."""
 
-    def __init__(self, directory: Path, entry: ShardEntry, dtype: np.dtype) -> None:
+    def __init__(self, directory: Path, entry: ShardEntry, dtype: np.dtype,
+                 cache: DecompressCache | None = None) -> None:
         self.directory = directory
         self.entry = entry
         self.dtype = dtype
+        self.cache = cache
 
     @property
     def name(self) -> str:
@@ -44,8 +49,24 @@ class Shard:
         return self.entry.num_tokens
 
     @property
+    def compressed(self) -> bool:
+        return self.entry.compression is not None
+
+    @property
     def bin_path(self) -> Path:
-        return self.directory / self.entry.bin_name
+        """The plain token file; for a compressed shard, its decompressed copy (made on first use)."""
+        if self.entry.compression is None:
+            return self.directory / self.entry.bin_name
+        return self._decompressed
+
+    @property
+    def data_path(self) -> Path:
+        """The file in the dataset holding the tokens: NAME.bin or NAME.bin.zst."""
+        return self.directory / self.entry.data_name
+
+    @cached_property
+    def _decompressed(self) -> Path:
+        return (self.cache or DecompressCache()).materialize(self.directory, self.entry)
 
     @property
     def idx_path(self) -> Path:
@@ -105,11 +126,12 @@ class Shard:
 class Dataset:
     """A packed dataset: documents back to back in shards, addressable by document or by token offset."""
 
-    def __init__(self, path: Path, manifest: Manifest) -> None:
+    def __init__(self, path: Path, manifest: Manifest, *, cache_dir: str | os.PathLike[str] | None = None) -> None:
         self.path = path
         self.manifest = manifest
         self.dtype = manifest.token_dtype
-        self.shards = [Shard(path, e, self.dtype) for e in manifest.shards]
+        cache = DecompressCache(cache_dir) if manifest.compressed else None
+        self.shards = [Shard(path, e, self.dtype, cache) for e in manifest.shards]
         self.token_offsets = _cumulative([e.num_tokens for e in manifest.shards])
         self.doc_offsets = _cumulative([e.num_docs for e in manifest.shards])
 
@@ -187,7 +209,7 @@ def _check_files(path: Path, manifest: Manifest) -> None:
     """Every shard file present, a regular file inside the dataset, with the size the manifest records."""
     listing = scan_directory(path)
     for e in manifest.shards:
-        for fname, expected in ((e.bin_name, e.bin_bytes), (e.idx_name, e.idx_bytes), (e.sum_name, None)):
+        for fname, expected in ((e.data_name, e.data_bytes), (e.idx_name, e.idx_bytes), (e.sum_name, None)):
             size = listing.files.get(fname)
             if size is None:
                 raise ManifestError(str(path / fname), f"shard file {listing.absent_reason(fname)} (shard "
@@ -197,11 +219,14 @@ def _check_files(path: Path, manifest: Manifest) -> None:
                                                        "(truncated, appended to, or replaced)")
 
 
-def open_dataset(path: str | os.PathLike[str]) -> Dataset:
-    """Open a packed dataset directory; raises ManifestError naming the problem if it is not complete."""
+def open_dataset(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None) -> Dataset:
+    """Open a packed dataset directory; raises ManifestError naming the problem if it is not complete.
+
+    `cache_dir` holds decompressed copies of compressed shards (default: the per-user cache).
+    """
     p = Path(path)
     if not p.is_dir():
         raise ManifestError(str(p), "not a directory (expected a dataset directory with manifest.json)")
     manifest = Manifest.load(p)
     _check_files(p, manifest)
-    return Dataset(p, manifest)
+    return Dataset(p, manifest, cache_dir=cache_dir)

@@ -24,6 +24,8 @@ __all__ = [
     "MANIFEST_NAME",
     "FORMAT_NAME",
     "FORMAT_VERSION",
+    "READABLE_FORMAT_VERSIONS",
+    "ShardCompression",
     "ShardEntry",
     "Manifest",
     "check_shard_name",
@@ -32,7 +34,11 @@ __all__ = [
 
 MANIFEST_NAME = "manifest.json"
 FORMAT_NAME = "shardkit-dataset"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # written when no shard is compressed: older shardkit reads such datasets
+COMPRESSED_FORMAT_VERSION = 2  # written when a shard is stored as NAME.bin.zst (older shardkit refuses it)
+READABLE_FORMAT_VERSIONS = (FORMAT_VERSION, COMPRESSED_FORMAT_VERSION)
+COMPRESSION_CODECS = ("zstd",)
+MAX_FRAME_SIZE = 1 << 30
 MAX_MANIFEST_BYTES = 1 << 30
 MAX_SHARDS = 10_000_000
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
@@ -48,17 +54,65 @@ def check_shard_name(name: object, where: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class ShardCompression:
+    """How a shard's tokens are stored when not as a plain `.bin`: framed zstd in `NAME.bin.zst`."""
+
+    codec: str  # "zstd"
+    level: int
+    frame_size: int  # uncompressed bytes per zstd frame
+    file_bytes: int  # size of NAME.bin.zst
+
+    def to_json(self) -> dict[str, Any]:
+        return {"codec": self.codec, "level": self.level, "frame_size": self.frame_size,
+                "file_bytes": self.file_bytes}
+
+    @classmethod
+    def from_json(cls, d: Any, where: str, shard: str) -> ShardCompression:
+        if not isinstance(d, dict):
+            raise ManifestError(where, f"shard {shard}: compression must be an object")
+        if d.get("codec") not in COMPRESSION_CODECS:
+            raise ManifestError(where, f"shard {shard}: compression codec {d.get('codec')!r} is unknown (this "
+                                       f"shardkit reads {', '.join(COMPRESSION_CODECS)}); upgrade shardkit")
+        level, frame, size = d.get("level"), d.get("frame_size"), d.get("file_bytes")
+        if not isinstance(level, int) or isinstance(level, bool):
+            raise ManifestError(where, f"shard {shard}: compression level must be an integer, got {level!r}")
+        if not isinstance(frame, int) or isinstance(frame, bool) or not 1 <= frame <= MAX_FRAME_SIZE:
+            raise ManifestError(where, f"shard {shard}: compression frame_size must be an integer in "
+                                       f"[1, {MAX_FRAME_SIZE}], got {frame!r}")
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size < 1 << 62:
+            raise ManifestError(where, f"shard {shard}: compression file_bytes must be a non-negative "
+                                       f"integer, got {size!r}")
+        return cls(d["codec"], level, frame, size)
+
+
+@dataclass(frozen=True, slots=True)
 class ShardEntry:
     name: str
     num_docs: int
     num_tokens: int
-    bin_bytes: int
+    bin_bytes: int  # uncompressed token bytes (= tokens × itemsize), whether stored plain or compressed
     idx_bytes: int
     sum_digest: str  # xxh3-128 of the NAME.sum.json sidecar
+    compression: ShardCompression | None = None  # None: tokens are stored plain in NAME.bin
 
     @property
     def bin_name(self) -> str:
+        """The plain token file's name; for a compressed shard it names the uncompressed bytes, not a file."""
         return f"{self.name}.bin"
+
+    @property
+    def zst_name(self) -> str:
+        return f"{self.name}.bin.zst"
+
+    @property
+    def data_name(self) -> str:
+        """The file on disk holding the tokens: NAME.bin, or NAME.bin.zst for a compressed shard."""
+        return self.zst_name if self.compression else self.bin_name
+
+    @property
+    def data_bytes(self) -> int:
+        """Size of `data_name` on disk."""
+        return self.compression.file_bytes if self.compression else self.bin_bytes
 
     @property
     def idx_name(self) -> str:
@@ -69,7 +123,7 @@ class ShardEntry:
         return f"{self.name}.sum.json"
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "name": self.name,
             "docs": self.num_docs,
             "tokens": self.num_tokens,
@@ -77,6 +131,9 @@ class ShardEntry:
             "idx_bytes": self.idx_bytes,
             "sum_xxh3": self.sum_digest,
         }
+        if self.compression is not None:  # absent for plain shards: their entries (and fingerprints) are unchanged
+            doc["compression"] = self.compression.to_json()
+        return doc
 
     @classmethod
     def from_json(cls, d: Any, where: str) -> ShardEntry:
@@ -90,7 +147,9 @@ class ShardEntry:
         digest = d.get("sum_xxh3")
         if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{32}", digest):
             raise ManifestError(where, f"shard {name}: sum_xxh3 must be 32 hex digits")
-        return cls(name, ints["docs"], ints["tokens"], ints["bin_bytes"], ints["idx_bytes"], digest)  # type: ignore[arg-type]
+        compression = ShardCompression.from_json(d["compression"], where, name) if "compression" in d else None
+        return cls(name, ints["docs"], ints["tokens"], ints["bin_bytes"], ints["idx_bytes"], digest,  # type: ignore[arg-type]
+                   compression)
 
 
 def compute_fingerprint(doc: dict[str, Any]) -> str:
@@ -126,10 +185,19 @@ class Manifest:
     def token_dtype(self) -> np.dtype:
         return np.dtype(self.dtype).newbyteorder("<")
 
+    @property
+    def compressed(self) -> bool:
+        return any(s.compression is not None for s in self.shards)
+
+    @property
+    def format_version(self) -> int:
+        """1 unless a shard is compressed: plain datasets stay readable by shardkit versions before 2."""
+        return COMPRESSED_FORMAT_VERSION if self.compressed else FORMAT_VERSION
+
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
             "format": FORMAT_NAME,
-            "format_version": FORMAT_VERSION,
+            "format_version": self.format_version,
             "dtype": self.dtype,
             "tokenizer": self.tokenizer,
             "eos_appended": self.eos_appended,
@@ -165,9 +233,10 @@ class Manifest:
         if doc.get("format") != FORMAT_NAME:
             raise ManifestError(where, f"not a shardkit manifest (format {doc.get('format')!r})")
         version = doc.get("format_version")
-        if version != FORMAT_VERSION:
+        if version not in READABLE_FORMAT_VERSIONS or isinstance(version, bool):
             raise ManifestError(where, f"format version {version!r} is not supported by this shardkit "
-                                       f"(reads version {FORMAT_VERSION}); upgrade shardkit or re-pack")
+                                       f"(reads versions {', '.join(map(str, READABLE_FORMAT_VERSIONS))}); "
+                                       "upgrade shardkit or re-pack")
         dtype = doc.get("dtype")
         if dtype not in READABLE_TOKEN_DTYPES:
             raise ManifestError(where, f"dtype {dtype!r} is not a token dtype ({', '.join(READABLE_TOKEN_DTYPES)})")
@@ -178,6 +247,10 @@ class Manifest:
         names = [s.name for s in shards]
         if len(set(names)) != len(names):
             raise ManifestError(where, "manifest names a shard twice")
+        compressed = any(s.compression is not None for s in shards)
+        if compressed != (version == COMPRESSED_FORMAT_VERSION):
+            raise ManifestError(where, f"format version {version} does not match the shards (version "
+                                       f"{COMPRESSED_FORMAT_VERSION} exactly when a shard is compressed)")
         itemsize = np.dtype(dtype).itemsize
         for s in shards:
             if s.bin_bytes != s.num_tokens * itemsize:

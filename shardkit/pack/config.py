@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..readers import ReaderConfig
-from ..writer import ShardLimits
+from ..writer import CompressionConfig, ShardLimits
 from .tasks import TaskSpec
 
 __all__ = ["OnError", "ResumeMode", "TokenizeOptions", "PackConfig"]
@@ -52,6 +52,7 @@ class PackConfig:
     on_error: OnError = OnError.SKIP
     workers: int = 0  # 0: one per core
     overwrite: bool = False
+    compression: CompressionConfig = field(default_factory=CompressionConfig)  # default: plain NAME.bin
     resume: ResumeMode = ResumeMode.AUTO
     task: TaskSpec | None = None  # pack one task of a split job into a part (see tasks.py)
 
@@ -80,3 +81,5 @@ class PackConfig:
             "checksum_block_size": self.limits.checksum_block_size,
             "on_error": self.on_error.value,
         }
+            # only when enabled: a plain pack's options (and fingerprint) are what they were before compression
+            **({"compression": self.compression.to_json()} if self.compression.enabled else {}),

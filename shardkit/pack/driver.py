@@ -105,7 +105,7 @@ def _surviving(directory: Path, entries: list[JournalEntry]) -> list[JournalEntr
     for e in entries:
         s = e.shard
         try:
-            ok = ((directory / s.bin_name).stat().st_size == s.bin_bytes
+            ok = ((directory / s.data_name).stat().st_size == s.data_bytes
                   and (directory / s.idx_name).stat().st_size == s.idx_bytes
                   and digest_bytes((directory / s.sum_name).read_bytes()) == s.sum_digest)
         except OSError:
@@ -247,7 +247,7 @@ def pack(config: PackConfig, *, progress: Callable[[PackProgress], None] | None 
                                   f"{out} holds an unfinished pack of a different job; re-run the original "
                                   "command to finish it, or pass --overwrite to start over")
             kept = _surviving(out, entries)
-        keep_names = {n for e in kept for n in (e.shard.bin_name, e.shard.idx_name, e.shard.sum_name,
+        keep_names = {n for e in kept for n in (e.shard.data_name, e.shard.idx_name, e.shard.sum_name,
                                                 f"{e.shard.name}.ids.jsonl")}
         remove_shardkit_files(out, keep=keep_names | {JOURNAL_NAME})
         journal = Journal(journal_path, job, job_id)
@@ -255,7 +255,8 @@ def pack(config: PackConfig, *, progress: Callable[[PackProgress], None] | None 
 
         writer = ShardWriter(out, dtype=dtype, limits=config.limits, next_index=len(kept),
                              prefix=config.task.shard_prefix if config.task is not None else "shard",
-                             with_ids=config.reader.id_field is not None)
+                             with_ids=config.reader.id_field is not None, compression=config.compression,
+                             compress_threads=config.effective_workers)
         stats = PackStats.from_json(kept[-1].stats) if kept else PackStats()
         run = _Run(config, files, writer, journal, stats, [e.shard for e in kept], progress)
         start_file, start_record = (kept[-1].next_file, kept[-1].next_record) if kept else (0, 0)

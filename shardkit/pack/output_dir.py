@@ -16,7 +16,7 @@ from ..writer import JOURNAL_NAME
 __all__ = ["LOCK_NAME", "locked_output", "is_shardkit_file", "remove_shardkit_files", "prepare_output"]
 
 LOCK_NAME = ".shardkit-lock"
-_SHARD_FILE = re.compile(r"\.?[A-Za-z0-9][A-Za-z0-9._-]*\.(bin|idx|sum\.json|ids\.jsonl)(\.tmp)?")
+_SHARD_FILE = re.compile(r"\.?[A-Za-z0-9][A-Za-z0-9._-]*\.(bin|bin\.zst|idx|sum\.json|ids\.jsonl)(\.tmp)?")
 
 
 def is_shardkit_file(name: str) -> bool:

@@ -60,12 +60,15 @@ def token_rules(manifest: Manifest) -> tuple[TokenRules, list[str]]:
     return TokenRules(vocab, ids["eos_id"], ids["bos_id"]), notes
 
 
-def check_tokens(directory: Path, entry: ShardEntry, dtype: np.dtype, rules: TokenRules
-                 ) -> tuple[list[Problem], int]:
-    """Problems of one shard (at most one per kind, with counts) and the bytes read."""
+def check_tokens(directory: Path, entry: ShardEntry, dtype: np.dtype, rules: TokenRules, *,
+                 bin_path: Path | None = None) -> tuple[list[Problem], int]:
+    """Problems of one shard (at most one per kind, with counts) and the bytes read.
+
+    `bin_path` is where the tokens are when not at `directory / NAME.bin` (a decompressed copy).
+    """
     if entry.bin_bytes == 0 or not rules.any:
         return [], 0
-    with open(directory / entry.bin_name, "rb") as f:
+    with open(bin_path or directory / entry.bin_name, "rb") as f:
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     try:
         tokens = np.frombuffer(mm, dtype=dtype, count=entry.num_tokens)

@@ -41,6 +41,7 @@ class Check(str, Enum):
     INDEX = "index"  # NAME.idx header, counts, lengths, pointers or document indices
     IDS = "ids"  # NAME.ids.jsonl does not have one line per document
     CHECKSUM = "checksum"  # a block's bytes do not match its recorded digest
+    FRAMES = "frames"  # a compressed shard's zstd footer, frame index or a frame is damaged
     TOKENS = "tokens"  # a token id outside [0, vocab size)
     EOS = "eos"  # a document does not end in EOS although the manifest says EOS was appended
     BOS = "bos"  # a document does not start with BOS although the manifest says BOS was prepended
@@ -99,6 +100,7 @@ class VerifyReport:
     bytes_total: int = 0  # bytes of every file the manifest and sidecars name
     bytes_hashed: int = 0  # bytes whose block digests were recomputed
     bytes_scanned: int = 0  # token bytes read by the deep checks
+    bytes_decompressed: int = 0  # uncompressed bytes of compressed shards decoded and hashed (in bytes_hashed)
     seconds: float = 0.0
     samples: list[dict[str, Any]] = field(default_factory=list)  # --decode-sample results
 
@@ -148,6 +150,7 @@ class VerifyReport:
             "bytes_total": self.bytes_total,
             "bytes_hashed": self.bytes_hashed,
             "bytes_scanned": self.bytes_scanned,
+            "bytes_decompressed": self.bytes_decompressed,
             "seconds": round(self.seconds, 4),
             "problems": [p.to_json() for p in self.problems_by_shard_flat()],
             "notes": list(self.notes),

@@ -15,13 +15,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ShardkitError
+from ..format.compressed import DecompressCache
 from ..format.dataset import Dataset
 from ..format.listing import DirListing, scan_directory
 from ..format.manifest import MANIFEST_NAME, Manifest
 from .content import BlockTask, blocks_of, bounded_map, check_blocks
 from .decode import decode_samples, load_dataset_tokenizer, sample_doc_ids
 from .deep import check_tokens, token_rules
+from .frames import FrameTask, check_frames, frame_tasks
 from .layout import extra_files, load_manifest
 from .report import Check, Problem, Verdict, VerifyMode, VerifyProgress, VerifyReport
 from .structure import ShardState, check_shard
@@ -65,8 +67,13 @@ def verify_dataset(
     jobs: int | None = None,
     progress: ProgressFn | None = None,
     decode_sample: int = 0,
+    cache_dir: str | os.PathLike[str] | None = None,
 ) -> VerifyReport:
-    """Check a dataset directory; `quick` reads no `.bin`, `full` hashes every block, `deep` checks tokens."""
+    """Check a dataset directory; `quick` reads no `.bin`, `full` hashes every block, `deep` checks tokens.
+
+    Compressed shards: `full` also decodes every frame and checks the uncompressed block digests;
+    `deep` and `decode_sample` read their tokens through the decompression cache (`cache_dir`).
+    """
     try:
         mode = VerifyMode(mode)
     except ValueError:
@@ -99,7 +106,7 @@ def verify_dataset(
         states = _structure(p, m, listing, report, pool, window, tick)
         _content(p, states, mode, report, pool, window, tick)
         if mode is VerifyMode.DEEP:
-            _deep(p, m, states, report, pool, window, tick)
+            _deep(p, m, states, report, pool, window, tick, cache_dir)
     named = {MANIFEST_NAME} | {f for st in states for f in st.named_files}
     report.bytes_total = sum(listing.files.get(f, 0) for f in named)
     extras = extra_files(listing, named)
@@ -107,7 +114,7 @@ def verify_dataset(
         report.notes.append(f"{len(extras)} file(s) not named by the manifest or any sidecar: "
                             f"{', '.join(extras[:8])}{' …' if len(extras) > 8 else ''}")
     if decode_sample:
-        _decode(p, m, states, report, decode_sample)
+        _decode(p, m, states, report, decode_sample, cache_dir)
     return _done(report, t0)
 
 
@@ -133,8 +140,15 @@ def _content(directory: Path, states: list[ShardState], mode: VerifyMode, report
     def tasks() -> Iterator[BlockTask]:  # generated twice rather than held: millions of blocks at 100 TB
         return (t for st in states for t in _tasks(directory, st, mode))
 
-    tick.start("content", sum(t.end - t.start for t in tasks()), "bytes")
+    def ftasks() -> Iterator[FrameTask]:
+        return (t for st in states if mode is not VerifyMode.QUICK for t in _frame_tasks(directory, st))
+
+    tick.start("content", sum(t.end - t.start for t in tasks())
+               + sum(t.byte_range[1] - t.byte_range[0] for t in ftasks()), "bytes")
     problems, report.bytes_hashed = check_blocks(tasks(), pool, window=window, on_bytes=tick.add)
+    report.problems += problems
+    problems, report.bytes_decompressed = check_frames(ftasks(), pool, window=window, on_bytes=tick.add)
+    report.bytes_hashed += report.bytes_decompressed
     report.problems += problems
 
 
@@ -142,10 +156,19 @@ def _tasks(directory: Path, st: ShardState, mode: VerifyMode) -> Iterator[BlockT
     if st.sums is None:
         return
     for name, fc in st.sums.files.items():
-        if name == st.entry.bin_name and mode is VerifyMode.QUICK:
+        if name in (st.entry.bin_name, st.entry.zst_name) and mode is VerifyMode.QUICK:
             continue
         if name in st.sizes:
             yield from blocks_of(st.entry.name, directory / name, fc, st.sums.block_size, st.sizes[name])
+
+
+def _frame_tasks(directory: Path, st: ShardState) -> Iterator[FrameTask]:
+    """A compressed shard's decode-and-hash tasks, when its frame index and sidecar are sound."""
+    e = st.entry
+    if st.frames is None or st.sums is None or e.bin_name not in st.sums.files:
+        return iter(())
+    return frame_tasks(e.name, e.zst_name, e.bin_name, directory / e.zst_name, st.frames,
+                       st.sums.files[e.bin_name], st.sums.block_size)
 
 
 def _stats_problems(m: Manifest, states: list[ShardState]) -> list[Problem]:
@@ -174,20 +197,34 @@ def _stats_problems(m: Manifest, states: list[ShardState]) -> list[Problem]:
 
 
 def _deep(directory: Path, m: Manifest, states: list[ShardState], report: VerifyReport, pool: Executor | None,
-          window: int, tick: _Progress) -> None:
+          window: int, tick: _Progress, cache_dir: str | os.PathLike[str] | None) -> None:
     rules, notes = token_rules(m)
     report.notes += notes
     if not rules.any:
         return
-    ready = [st for st in states if st.index_ok and st.sizes.get(st.entry.bin_name) == st.entry.bin_bytes]
+    damaged = {p.shard for p in report.problems}
+
+    def sound(st: ShardState) -> bool:
+        if st.entry.compression is not None:  # its frames were all decoded and checked just before
+            return st.index_ok and st.frames is not None and st.entry.name not in damaged
+        return st.index_ok and st.sizes.get(st.entry.bin_name) == st.entry.bin_bytes
+
+    ready = [st for st in states if sound(st)]
     skipped = len(states) - len(ready)
     if skipped:
         report.notes.append(f"token checks skipped for {skipped} shard(s) whose index or .bin is damaged")
     tick.start("tokens", sum(st.entry.bin_bytes for st in ready), "bytes")
+    cache = DecompressCache(cache_dir)
 
     def one(st: ShardState) -> tuple[list[Problem], int]:
         try:
-            return check_tokens(directory, st.entry, m.token_dtype, rules)
+            if st.entry.compression is None:
+                return check_tokens(directory, st.entry, m.token_dtype, rules)
+            with cache.scratch_copy(directory, st.entry) as plain:
+                return check_tokens(directory, st.entry, m.token_dtype, rules, bin_path=plain)
+        except ShardkitError as e:
+            return [Problem(Check.TOKENS, f"cannot be decompressed ({e})", shard=st.entry.name,
+                            file=st.entry.data_name)], 0
         except (OSError, ValueError) as e:
             return [Problem(Check.TOKENS, f"cannot be read ({e})", shard=st.entry.name,
                             file=st.entry.bin_name)], 0
@@ -198,13 +235,14 @@ def _deep(directory: Path, m: Manifest, states: list[ShardState], report: Verify
         tick.add(n)
 
 
-def _decode(directory: Path, m: Manifest, states: list[ShardState], report: VerifyReport, n: int) -> None:
+def _decode(directory: Path, m: Manifest, states: list[ShardState], report: VerifyReport, n: int,
+            cache_dir: str | os.PathLike[str] | None) -> None:
     tokenizer, notes = load_dataset_tokenizer(m.tokenizer)
     report.notes += notes
     if tokenizer is None:
         return
     bad = {p.shard for p in report.problems}
-    ds = Dataset(directory, m)
+    ds = Dataset(directory, m, cache_dir=cache_dir)
     good_ids = [i for i in sample_doc_ids(ds.num_docs, n) if ds.locate_doc(i)[0].name not in bad]
     if len(good_ids) < min(n, ds.num_docs):
         report.notes.append("documents in damaged shards were not decoded")

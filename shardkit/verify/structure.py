@@ -1,7 +1,7 @@
 """Structural checks of one shard: files, sizes, the checksum sidecar and the Megatron index.
 
 Reads the sidecar, the `.idx` and the `.ids.jsonl` but never the `.bin` (so `--quick` stays fast at
-any size). Every failure becomes a `Problem` naming the shard and file; checks that do not depend on
+any size); of a compressed shard's `.bin.zst` only the footer and frame index. Every failure becomes a `Problem` naming the shard and file; checks that do not depend on
 a failed one still run, so one shard's report is as complete as its bytes allow.
 """
 
@@ -12,11 +12,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ManifestError
+from ..errors import IntegrityError, ManifestError
 from ..format.checksums import ShardChecksums, digest_bytes
+from ..format.compressed import check_frame_index
 from ..format.idx import check_index_arrays, read_index
 from ..format.listing import DirListing
 from ..format.manifest import Manifest, ShardEntry
+from ..format.zstd_frames import FramedReader, FrameIndex
 from .report import Check, Problem
 
 __all__ = ["HISTOGRAM_BINS", "ShardState", "check_shard", "size_problem"]
@@ -35,6 +37,7 @@ class ShardState:
     index_ok: bool = False
     megatron_docs: int = 0  # document-index count − 1
     histogram: np.ndarray | None = None
+    frames: FrameIndex | None = None  # a compressed shard's frame index, when its footer and index are sound
 
     @property
     def ids_name(self) -> str:
@@ -43,7 +46,7 @@ class ShardState:
     @property
     def named_files(self) -> set[str]:
         e = self.entry
-        return {e.bin_name, e.idx_name, e.sum_name} | (set(self.sums.files) if self.sums else set())
+        return {e.data_name, e.idx_name, e.sum_name} | (set(self.sums.files) if self.sums else set())
 
     def add(self, check: Check, detail: str, file: str | None = None, **kw) -> None:
         self.problems.append(Problem(check, detail, shard=self.entry.name, file=file, **kw))
@@ -60,7 +63,7 @@ def size_problem(shard: str, file: str, actual: int, expected: int, recorder: st
 def check_shard(directory: Path, entry: ShardEntry, manifest: Manifest, listing: DirListing) -> ShardState:
     """Every structural problem of one shard (never raises for bad bytes); reads no `.bin`."""
     st = ShardState(entry=entry)
-    for fname, expected in ((entry.bin_name, entry.bin_bytes), (entry.idx_name, entry.idx_bytes),
+    for fname, expected in ((entry.data_name, entry.data_bytes), (entry.idx_name, entry.idx_bytes),
                             (entry.sum_name, None)):
         if fname not in listing.files:
             st.add(Check.MISSING, f"{listing.absent_reason(fname)}; restore it or re-pack", fname)
@@ -72,6 +75,8 @@ def check_shard(directory: Path, entry: ShardEntry, manifest: Manifest, listing:
         _check_sidecar(directory, st, listing)
     if st.sizes.get(entry.idx_name) == entry.idx_bytes:
         _check_index(directory, st, manifest)
+    if entry.compression is not None and st.sizes.get(entry.zst_name) == entry.data_bytes:
+        _check_frame_index(directory, st)
     if st.sums and st.ids_name in st.sums.files and st.sizes.get(st.ids_name) == st.sums.files[st.ids_name].size:
         _check_ids(directory, st)
     return st
@@ -96,6 +101,8 @@ def _check_sidecar(directory: Path, st: ShardState, listing: DirListing) -> None
         st.add(Check.SIDECAR, err.problem, where)
         return
     allowed = {e.bin_name: e.bin_bytes, e.idx_name: e.idx_bytes, st.ids_name: None}
+    if e.compression is not None:  # NAME.bin: the uncompressed bytes' digests (no such file on disk)
+        allowed[e.zst_name] = e.compression.file_bytes
     files = {}
     for name, fc in sums.files.items():
         if name not in allowed:
@@ -115,7 +122,7 @@ def _check_sidecar(directory: Path, st: ShardState, listing: DirListing) -> None
                 st.sizes[name] = listing.files[name]
                 if st.sizes[name] != fc.size:
                     st.problems.append(size_problem(e.name, name, st.sizes[name], fc.size, recorder=where))
-    for required in (e.bin_name, e.idx_name):
+    for required in (e.bin_name, e.idx_name) + ((e.zst_name,) if e.compression else ()):
         if required not in files:
             st.add(Check.SIDECAR, f"has no block checksums for {required}", where)
     st.sums = ShardChecksums(block_size=sums.block_size, files=files)
@@ -145,6 +152,21 @@ def _check_index(directory: Path, st: ShardState, manifest: Manifest) -> None:
         st.add(Check.INDEX, err.problem, where)
     except (OSError, ValueError) as err:
         st.add(Check.INDEX, f"cannot be read ({err})", where)
+
+
+def _check_frame_index(directory: Path, st: ShardState) -> None:
+    """Footer and frame index of a `.bin.zst` (digests, sizes, layout), and that they describe this shard."""
+    where = st.entry.zst_name
+    try:
+        with FramedReader(directory / where, cache_frames=0, name=where) as r:
+            check_frame_index(r.index, st.entry, where)
+            st.frames = r.index
+    except IntegrityError as err:
+        st.add(Check.FRAMES, err.problem, where, byte_range=err.byte_range, expected=err.expected,
+               actual=err.actual)
+    except ManifestError as err:  # an unknown container version: newer shardkit, or a damaged footer
+        st.add(Check.FRAMES, f"{err.problem} (or its footer is damaged: the transport checksum of its last "
+                             "block tells, in a full verify)", where)
 
 
 def _check_ids(directory: Path, st: ShardState) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..format.manifest import Manifest
+from .compress import CompressionConfig
 from .shard_writer import ShardLimits, ShardWriter
 
 __all__ = ["write_dataset"]
@@ -29,6 +30,7 @@ def write_dataset(
     max_bytes_per_shard: int | None = 1 << 30,
     checksum_block_size: int = 16 << 20,
     eos_appended: bool | None = None,
+    compression: CompressionConfig | None = None,
 ) -> Manifest:
     """Write `docs` (each a 1-D integer array) as shards + manifest into an empty `directory`."""
     out = Path(directory)
@@ -37,7 +39,7 @@ def write_dataset(
         raise ConfigError(f"{out} is not empty")
     limits = ShardLimits(max_bytes=max_bytes_per_shard, max_tokens=max_tokens_per_shard,
                          checksum_block_size=checksum_block_size)
-    writer = ShardWriter(out, dtype=np.dtype(dtype), limits=limits)
+    writer = ShardWriter(out, dtype=np.dtype(dtype), limits=limits, compression=compression)
     entries = []
     for doc in docs:
         arr = np.asarray(doc)

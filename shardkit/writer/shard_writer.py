@@ -2,6 +2,8 @@
 
 Each shard is written under temp names, its block checksums computed while the bytes stream through
 (no second read), then `.bin`, `.idx` and the checksum sidecar are fsynced and renamed into place.
+With compression, the finished temp `.bin` is compressed into `NAME.bin.zst` (fsynced) and the raw
+temp file removed; the sidecar then holds the uncompressed `.bin` digests *and* the `.bin.zst`'s.
 A shard rolls over before a document that would take it past the size limit, so documents never
 straddle shards and a shard exceeds the limit only when one document alone is larger.
 """
@@ -20,6 +22,7 @@ from ..format.atomic import fsync_dir, temp_path
 from ..format.checksums import BlockHasher, ShardChecksums, digest_bytes
 from ..format.idx import MAX_SEQUENCE_TOKENS, encode_index
 from ..format.manifest import ShardEntry, check_shard_name
+from .compress import CompressionConfig, compress_file
 
 __all__ = ["ShardLimits", "ShardWriter", "shard_name"]
 
@@ -56,6 +59,8 @@ class ShardWriter:
     ) -> None:
         self.directory = directory
         self.dtype = np.dtype(dtype)
+        compression: CompressionConfig | None = None,
+        compress_threads: int = 1,
         self.limits = limits
         self.prefix = prefix
         self.next_index = next_index
@@ -63,6 +68,8 @@ class ShardWriter:
         self.capacity = limits.capacity_tokens(self.dtype.itemsize)
         self._bin = None
         self._hasher: BlockHasher | None = None
+        self.compression = compression if compression is not None and compression.enabled else None
+        self.compress_threads = max(1, compress_threads)
         self._lengths: list[np.ndarray] = []
         self._ids: list[str] = []
         self._tokens = 0
@@ -111,7 +118,8 @@ class ShardWriter:
         name = shard_name(self.prefix, self.next_index)
         bin_final = self.directory / f"{name}.bin"
         self._bin.flush()
-        os.fsync(self._bin.fileno())
+        if self.compression is None:  # a raw temp that is compressed next is deleted, never kept
+            os.fsync(self._bin.fileno())
         self._bin.close()
         self._bin = None
         bin_sums = self._hasher.finish()  # type: ignore[union-attr]
@@ -129,7 +137,13 @@ class ShardWriter:
         for final, data in outputs:
             _write_synced(temp_path(final), data)
         # The sidecar is renamed last: a shard whose sidecar is present has all its files.
-        os.replace(temp_path(bin_final), bin_final)
+        os.replace(temp_path(data_final), data_final)
+        data_final, compressed = bin_final, None
+        if self.compression is not None:
+            data_final = self.directory / f"{name}.bin.zst"
+            compressed = compress_file(temp_path(bin_final), temp_path(data_final), self.compression,
+                                       checksum_block_size=block, threads=self.compress_threads)
+            files[data_final.name] = compressed.transport
         for final, _ in outputs:
             os.replace(temp_path(final), final)
         fsync_dir(self.directory)
@@ -143,6 +157,8 @@ class ShardWriter:
         )
         self.next_index += 1
         self._lengths, self._ids, self._tokens, self._docs = [], [], 0, 0
+        if compressed is not None:
+            temp_path(bin_final).unlink()
         return entry
 
     def abort(self) -> None:
@@ -151,6 +167,7 @@ class ShardWriter:
             self._bin.close()
             self._bin = None
             with contextlib.suppress(FileNotFoundError):
+            compression=compressed.entry() if compressed is not None else None,
                 temp_path(self.directory / f"{shard_name(self.prefix, self.next_index)}.bin").unlink()
 
     def _open(self) -> None:

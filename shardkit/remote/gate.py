@@ -1,0 +1,94 @@
+"""The two hooks through which the loader drives a remote dataset; local datasets have neither.
+
+* `ReadGate` — `WindowSource` calls it before copying rows (`rows`, `located`) and when the loader plans a
+  chunk (`upcoming`, the exact rows to come, in order). Copying never reads a block that is not ready
+  (a hole would read as zeros: silently wrong data), and blocks stay pinned until the gate's next read.
+* `GroupPrefetch` — stands in for the page-cache hints of `Readahead.enter_group`: when delivery enters a
+  shuffle group it pins and fetches that group's blocks and then the next group's, and releases the
+  groups before (delivery is in order, so they are finished and may be evicted).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .blocks import BlockMap
+from .prefetch import CHUNK, GROUP, Fetcher, Window
+
+__all__ = ["GroupPrefetch", "ReadGate"]
+
+
+def _cap(gids: np.ndarray, charge: np.ndarray, limit: int | None) -> np.ndarray:
+    """The first blocks of `gids` (fetch order) whose charges add up to at most `limit` bytes."""
+    if limit is None or not gids.size:
+        return gids
+    return gids[:int(np.searchsorted(np.cumsum(charge[gids]), limit, side="right"))]
+
+
+class ReadGate:
+    """Waits until the cache blocks under a read are ready; one per reader (`WindowSource`)."""
+
+    def __init__(self, fetcher: Fetcher, blocks: BlockMap, seq_len: int, lookahead_bytes: int | None) -> None:
+        self.fetcher = fetcher
+        self.blocks = blocks
+        self.seq_len = seq_len
+        self.width = seq_len + 1
+        self.lookahead_bytes = lookahead_bytes
+        self._held = np.zeros(0, dtype=np.int64)
+        self._generation = fetcher.generation
+        self._chunk = Window(fetcher, CHUNK)
+
+    def _ensure(self, gids: np.ndarray) -> None:
+        f = self.fetcher
+        if self._generation != f.generation:  # a forked child does not hold its parent's pins
+            self._held, self._generation = np.zeros(0, dtype=np.int64), f.generation
+        self._held = f.ensure(gids, self._held)
+
+    def rows(self, shard: int, phase: int, view_rows: np.ndarray) -> None:
+        """Before gathering rows of shard `shard`'s row view (row r starts at token phase + r·seq_len)."""
+        self._ensure(self.blocks.rows(shard, phase + view_rows * self.seq_len, self.width))
+
+    def located(self, shard: np.ndarray, local: np.ndarray) -> None:
+        """Before copying windows at (shard, local token) pairs; a window may run into the next shard."""
+        if shard.size:
+            self._ensure(self.blocks.rows(shard, local, self.width))
+
+    def upcoming(self, shard: np.ndarray, local: np.ndarray) -> None:
+        """The loader planned these rows (in delivery order): fetch their blocks in order of first use."""
+        if shard.size:
+            gids = self.blocks.rows(shard, local, self.width, ordered=True)
+            self._chunk.set(_cap(gids, self.fetcher.cache.charge, self.lookahead_bytes))
+
+    def release(self) -> None:
+        """Drop every pin this reader holds (its blocks become evictable)."""
+        self._held = self.fetcher.ensure(np.zeros(0, dtype=np.int64), self._held)
+        self._chunk.clear()
+
+
+class GroupPrefetch:
+    """`Readahead.enter_group` for a remote dataset: the current group's blocks, then the next group's."""
+
+    def __init__(self, fetcher: Fetcher, blocks: BlockMap, seq_len: int, block_samples: int, *,
+                 lookahead_groups: int, lookahead_bytes: int | None) -> None:
+        self.fetcher = fetcher
+        self.blocks = blocks
+        self.block_tokens = block_samples * seq_len
+        self.lookahead_groups = lookahead_groups
+        self.lookahead_bytes = lookahead_bytes
+        self._window = Window(fetcher, GROUP)
+
+    def gids_of(self, sample_blocks: np.ndarray) -> np.ndarray:
+        """Cache blocks under shuffle blocks, in the given order (block j is tokens [j·bs·L, (j+1)·bs·L + 1))."""
+        b = np.asarray(sample_blocks, dtype=np.int64)
+        if not b.size:
+            return b
+        lo = b * self.block_tokens
+        return self.blocks.token_ranges(lo, lo + self.block_tokens + 1, ordered=True)
+
+    def enter_group(self, epoch: int, group: int, blocks: np.ndarray, next_blocks: np.ndarray | None) -> None:
+        parts = [blocks] + ([next_blocks] if self.lookahead_groups >= 1 and next_blocks is not None else [])
+        gids = self.gids_of(np.concatenate(parts))
+        self._window.set(_cap(gids, self.fetcher.cache.charge, self.lookahead_bytes))
+
+    def release(self) -> None:
+        self._window.clear()

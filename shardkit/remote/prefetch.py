@@ -1,0 +1,319 @@
+"""This process's side of the block cache: pins, background downloads in priority order, and the wait.
+
+Three kinds of requests share one queue, most urgent first: blocks a reader is waiting for (URGENT), the
+exact upcoming rows of the loader's planned chunk in order of first use (CHUNK), and the blocks of the
+current and next shuffle group (GROUP). A block is *ready* for this process once it is pinned (an OFD
+shared lock: no process can evict it) and known to hold verified bytes — downloaded and checked here, or
+found PRESENT and re-checked here against its digest (so a damaged cache entry is refetched, never
+served). Only the threads that read (the "owner" side: `ensure`, `Window.set`) change pins; download
+threads only mark blocks ready, so a pin can never disappear under a reader.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import heapq
+import itertools
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .blocks import PRESENT, RESERVED
+from .cache import CacheError, DatasetCache, ofd_lock
+
+__all__ = ["URGENT", "CHUNK", "GROUP", "Fetcher", "Window"]
+
+URGENT, CHUNK, GROUP = 0, 1, 2
+_PARK_RETRY = 0.5  # seconds between retries of prefetches that found the cache full
+
+
+class Fetcher:
+    """Downloads and pins one dataset's cache blocks for this process (one per dataset and process)."""
+
+    def __init__(self, cache: DatasetCache, download: Callable[[int], bytes], verify: Callable[[int], bool], *,
+                 workers: int = 4, stall_timeout: float = 300.0) -> None:
+        self.cache = cache
+        self.n = cache.blocks.num_blocks
+        self._download = download
+        self._verify = verify
+        self.workers = max(1, workers)
+        self.stall_timeout = stall_timeout
+        self.metrics = {"blocks_downloaded": 0, "bytes_downloaded": 0, "blocks_verified": 0,
+                        "corrupt_refetched": 0, "waits": 0, "wait_seconds": 0.0, "window_pins_dropped": 0}
+        self._windows: weakref.WeakSet[Window] = weakref.WeakSet()
+        self._pid = -1
+        self._reset()
+
+    def _reset(self) -> None:
+        """Fresh per-process state (at start and in a forked child: pins and threads are not inherited)."""
+        self._pid = os.getpid()
+        self.generation = getattr(self, "generation", 0) + 1
+        self.refs = np.zeros(self.n, dtype=np.int32)
+        self.ready = np.zeros(self.n, dtype=bool)
+        self._cond = threading.Condition(threading.Lock())
+        self._owner = threading.RLock()
+        self._heap: list[tuple[int, int, int]] = []
+        self._queued: dict[int, int] = {}
+        self._busy: set[int] = set()
+        self._parked: set[int] = set()
+        self._nospace: set[int] = set()
+        self._errors: dict[int, BaseException] = {}
+        self._seq = itertools.count()
+        self._threads: list[threading.Thread] = []
+        self._closed = False
+        self._freed = False
+        self.cache.check_fork()
+
+    def _check_fork(self) -> None:
+        if self._pid != os.getpid():
+            self._reset()
+
+    # -- pins (owner side) ---------------------------------------------------------------------------------------
+    def pin(self, gids: np.ndarray) -> None:
+        """Pin blocks for this process: the OFD lock first, so a block counted as pinned is really locked."""
+        with self._owner:
+            for g in gids[self.refs[gids] == 0].tolist():
+                ofd_lock(self.cache.pin_fd, fcntl.F_RDLCK, 2 * g, wait=True)
+            with self._cond:
+                self.refs[gids] += 1
+
+    def unpin(self, gids: np.ndarray) -> None:
+        if not gids.size:
+            return
+        with self._owner:
+            with self._cond:
+                self.refs[gids] -= 1
+                zero = gids[self.refs[gids] == 0]
+                self.ready[zero] = False
+                if zero.size:  # evictable now: prefetches that found the cache full may fit
+                    self._freed = True
+                    self._cond.notify_all()
+            for g in zero.tolist():
+                ofd_lock(self.cache.pin_fd, fcntl.F_UNLCK, 2 * g, wait=False)
+
+    def request(self, gids: np.ndarray, prio: int) -> None:
+        """Queue pinned blocks for download/verification, in the order given."""
+        with self._cond:
+            todo = gids[~self.ready[gids]].tolist()
+            for g in todo:
+                if self._queued.get(g, 99) > prio and g not in self._busy:
+                    self._queued[g] = prio
+                    heapq.heappush(self._heap, (prio, next(self._seq), g))
+                    self._parked.discard(g)
+            if todo:
+                self._start_workers()
+                self._cond.notify_all()
+
+    def ensure(self, gids: np.ndarray, held: np.ndarray) -> np.ndarray:
+        """Pin `gids`, release the `held` pins of the caller's previous read, wait until all are ready.
+
+        Returns the new held set. Raises the download's error (naming URL and block) if a block cannot be had.
+        """
+        self._check_fork()
+        with self._owner:
+            self.pin(gids)
+            self.unpin(held)
+            self.cache.touch(gids)
+            if self.ready[gids].all():
+                return gids
+            self._wait(gids)
+            return gids
+
+    def _wait(self, gids: np.ndarray) -> None:
+        started = time.monotonic()
+        self.metrics["waits"] += 1
+        tried: set[int] = set()
+        stalled_since: float | None = None
+        try:
+            while True:
+                with self._cond:
+                    missing = gids[~self.ready[gids]].tolist()
+                    if not missing:
+                        return
+                    full = [g for g in missing if g in self._nospace]
+                    self._nospace.difference_update(full)
+                    for g in missing:
+                        err = self._errors.pop(g, None)
+                        if err is not None and g in tried:
+                            raise err
+                        tried.add(g)  # a failed prefetch gets one more, urgent, attempt before its error is raised
+                if full:
+                    if self._drop_window_pins(keep=gids):
+                        stalled_since = None
+                    else:  # other processes' pins fill the cache: wait for them to move on
+                        self._check_fits(gids)
+                        stalled_since = stalled_since or time.monotonic()
+                        if time.monotonic() - stalled_since > self.stall_timeout:
+                            raise CacheError(
+                                f"{self.cache.root.path}: cache_limit {self.cache.root.limit:,} bytes is full of "
+                                f"blocks other readers pin, and a read needs {len(full)} more; raise cache_limit "
+                                "(it should hold two shuffle groups per distinct reader position)")
+                        time.sleep(0.05)
+                self.request(np.asarray(missing, dtype=np.int64), URGENT)
+                with self._cond:
+                    if not self.ready[gids].all() and not (set(missing) & (self._nospace | set(self._errors))):
+                        self._cond.wait(timeout=0.5)
+        finally:
+            self.metrics["wait_seconds"] += time.monotonic() - started
+
+    def _check_fits(self, gids: np.ndarray) -> None:
+        """A single read whose blocks exceed the whole cache can never proceed: say so at once."""
+        root = self.cache.root
+        need = int(self.cache.charge[gids].sum())
+        with root.locked():
+            meta = sum(ds.meta_bytes for ds in root._all_datasets())
+        if need + meta > root.limit:
+            raise CacheError(
+                f"{root.path}: one read touches {gids.size} cache blocks ({need:,} bytes with metadata "
+                f"{meta:,}), more than cache_limit {root.limit:,}; raise cache_limit to at least "
+                f"{need + meta:,} bytes (with shuffle='full' the cache should hold the whole dataset), or use "
+                "shuffle='block'")
+
+    def _drop_window_pins(self, keep: np.ndarray) -> bool:
+        """The cache cannot hold what a read needs: give up this process's prefetch pins (not `keep`)."""
+        dropped = False
+        for w in list(self._windows):
+            extra = np.setdiff1d(w.gids, keep)
+            if extra.size:
+                w.gids = np.intersect1d(w.gids, keep)
+                self.unpin(extra)
+                self.metrics["window_pins_dropped"] += int(extra.size)
+                dropped = True
+        return dropped
+
+    # -- download threads ----------------------------------------------------------------------------------------
+    def _start_workers(self) -> None:
+        while len(self._threads) < self.workers:
+            t = threading.Thread(target=self._work, name=f"shardkit-fetch-{len(self._threads)}", daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def _next(self) -> tuple[int, int] | None:
+        with self._cond:
+            last_retry = time.monotonic()
+            while True:
+                if self._closed or self._pid != os.getpid():
+                    return None
+                if self._parked and (self._freed or time.monotonic() - last_retry >= _PARK_RETRY):
+                    self._freed = False
+                    for g in self._parked:
+                        if self.refs[g] > 0:
+                            self._queued[g] = GROUP
+                            heapq.heappush(self._heap, (GROUP, next(self._seq), g))
+                    self._parked.clear()
+                    last_retry = time.monotonic()
+                while self._heap:
+                    prio, _, g = heapq.heappop(self._heap)
+                    if self._queued.get(g) != prio:
+                        continue  # superseded by a more urgent entry
+                    del self._queued[g]
+                    if self.ready[g] or g in self._busy or self.refs[g] == 0:
+                        continue  # done, being fetched, or nobody wants it any more
+                    self._busy.add(g)
+                    return prio, g
+                self._cond.wait(timeout=_PARK_RETRY)
+
+    def _work(self) -> None:
+        while True:
+            job = self._next()
+            if job is None:
+                return
+            prio, g = job
+            try:
+                self._fetch(g, prio)
+            except BaseException as e:  # handed to the reader that waits for this block
+                with self._cond:
+                    self._errors[g] = e
+            finally:
+                with self._cond:
+                    self._busy.discard(g)
+                    self._cond.notify_all()
+
+    def _mark_ready(self, g: int) -> None:
+        with self._cond:
+            if self.refs[g] > 0:
+                self.ready[g] = True
+
+    def _fetch(self, g: int, prio: int) -> None:
+        cache = self.cache
+        with cache._inflight_lock:
+            cache.inflight.add(g)
+        ofd_lock(cache.own_fd, fcntl.F_WRLCK, 2 * g + 1, wait=True)  # another process may be downloading it
+        try:
+            if cache.state[g] == PRESENT:
+                if self._verify(g):
+                    self.metrics["blocks_verified"] += 1
+                    self._mark_ready(g)
+                    return
+                self.metrics["corrupt_refetched"] += 1  # damaged entry: rewrite it with verified bytes
+                data = self._download(g)
+                cache.state[g] = RESERVED
+                cache.write(g, data)
+                self._count(data)
+                self._mark_ready(g)
+                return
+            if not cache.reserve(g):
+                with self._cond:
+                    (self._nospace if prio == URGENT else self._parked).add(g)
+                return
+            try:
+                data = self._download(g)
+            except BaseException:
+                cache.drop(g)
+                raise
+            cache.write(g, data)
+            self._count(data)
+            self._mark_ready(g)
+        finally:
+            with contextlib.suppress(OSError):
+                ofd_lock(cache.own_fd, fcntl.F_UNLCK, 2 * g + 1, wait=False)
+            with cache._inflight_lock:
+                cache.inflight.discard(g)
+
+    def _count(self, data: bytes) -> None:
+        self.metrics["blocks_downloaded"] += 1
+        self.metrics["bytes_downloaded"] += len(data)
+
+    def stats(self) -> dict[str, Any]:
+        with self._cond:
+            return {**self.metrics, "pinned": int((self.refs > 0).sum()), "ready": int(self.ready.sum())}
+
+
+class Window:
+    """A set of blocks this process wants soon, kept pinned and fetched in order; replaced as a whole."""
+
+    def __init__(self, fetcher: Fetcher, prio: int) -> None:
+        self.fetcher = fetcher
+        self.prio = prio
+        self.gids = np.zeros(0, dtype=np.int64)
+        self._generation = fetcher.generation
+        fetcher._windows.add(self)
+
+    def set(self, gids: np.ndarray) -> None:
+        """Pin and request `gids` (in fetch order), release what the previous set held beyond them."""
+        f = self.fetcher
+        f._check_fork()
+        with f._owner:
+            if self._generation != f.generation:  # forked: the parent's pins are not ours
+                self.gids, self._generation = np.zeros(0, dtype=np.int64), f.generation
+                f._windows.add(self)
+            new = np.setdiff1d(gids, self.gids)
+            old = np.setdiff1d(self.gids, gids)
+            f.pin(new)
+            f.unpin(old)
+            self.gids = np.unique(gids)
+            f.request(gids, self.prio)
+
+    def clear(self) -> None:
+        self.set(np.zeros(0, dtype=np.int64))
