@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,7 +19,7 @@ from .batching.readahead import Readahead, ReadMetrics
 from .batching.units import UnitIndex
 from .distributed_env import detect_rank_world
 from .errors import ConfigError, ResumeError
-from .format import Dataset, open_dataset
+from .format import Dataset
 from .order import (
     BatchSchedule,
     Constant,
@@ -31,6 +30,7 @@ from .order import (
     parse_schedule,
     rank_slice,
 )
+from .remote.dataset import open_any
 
 __all__ = ["LoaderConfig", "Loader"]
 
@@ -60,6 +60,10 @@ class LoaderConfig:
     # what happens to a finished group's pages: "evict" from the page cache, or "unmap" (leave them cached
     # for other readers of the same files); either way this process's RSS does not grow
     release: str = "evict"
+    # a remote dataset URL (s3://, gs://, ...) streams through a bounded local block cache: see docs/remote.md
+    cache_dir: str | os.PathLike[str] | None = None  # default $SHARDKIT_REMOTE_CACHE_DIR
+    cache_limit: int | str | None = None  # bytes or "20GiB"; default $SHARDKIT_REMOTE_CACHE_LIMIT, else 16 GiB
+    storage_options: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.seq_len, int) or self.seq_len < 1:
@@ -88,7 +92,8 @@ class Loader(UnitIndex):
             config = LoaderConfig(**kwargs)
         elif kwargs:
             config = replace(config, **kwargs)
-        self.dataset = data if isinstance(data, Dataset) else open_dataset(Path(data))
+        self.dataset = data if isinstance(data, Dataset) else open_any(
+            data, cache_dir=config.cache_dir, cache_limit=config.cache_limit, storage_options=config.storage_options)
         rank, world = detect_rank_world()
         rank = config.rank if config.rank is not None else rank
         world = config.world_size if config.world_size is not None else world
