@@ -56,20 +56,20 @@ class ShardWriter:
         prefix: str = "shard",
         next_index: int = 0,
         with_ids: bool = False,
+        compression: CompressionConfig | None = None,
+        compress_threads: int = 1,
     ) -> None:
         self.directory = directory
         self.dtype = np.dtype(dtype)
-        compression: CompressionConfig | None = None,
-        compress_threads: int = 1,
         self.limits = limits
         self.prefix = prefix
         self.next_index = next_index
         self.with_ids = with_ids
+        self.compression = compression if compression is not None and compression.enabled else None
+        self.compress_threads = max(1, compress_threads)
         self.capacity = limits.capacity_tokens(self.dtype.itemsize)
         self._bin = None
         self._hasher: BlockHasher | None = None
-        self.compression = compression if compression is not None and compression.enabled else None
-        self.compress_threads = max(1, compress_threads)
         self._lengths: list[np.ndarray] = []
         self._ids: list[str] = []
         self._tokens = 0
@@ -127,6 +127,12 @@ class ShardWriter:
         idx_bytes = encode_index(lengths, self.dtype)
         block = self.limits.checksum_block_size
         files = {bin_final.name: bin_sums, f"{name}.idx": _sums_of(idx_bytes, block)}
+        data_final, compressed = bin_final, None
+        if self.compression is not None:
+            data_final = self.directory / f"{name}.bin.zst"
+            compressed = compress_file(temp_path(bin_final), temp_path(data_final), self.compression,
+                                       checksum_block_size=block, threads=self.compress_threads)
+            files[data_final.name] = compressed.transport
         outputs: list[tuple[Path, bytes]] = [(self.directory / f"{name}.idx", idx_bytes)]
         if self.with_ids:
             ids_bytes = ("\n".join(self._ids) + "\n").encode() if self._ids else b""
@@ -138,14 +144,10 @@ class ShardWriter:
             _write_synced(temp_path(final), data)
         # The sidecar is renamed last: a shard whose sidecar is present has all its files.
         os.replace(temp_path(data_final), data_final)
-        data_final, compressed = bin_final, None
-        if self.compression is not None:
-            data_final = self.directory / f"{name}.bin.zst"
-            compressed = compress_file(temp_path(bin_final), temp_path(data_final), self.compression,
-                                       checksum_block_size=block, threads=self.compress_threads)
-            files[data_final.name] = compressed.transport
         for final, _ in outputs:
             os.replace(temp_path(final), final)
+        if compressed is not None:
+            temp_path(bin_final).unlink()
         fsync_dir(self.directory)
         entry = ShardEntry(
             name=name,
@@ -154,11 +156,10 @@ class ShardWriter:
             bin_bytes=bin_sums.size,
             idx_bytes=len(idx_bytes),
             sum_digest=digest_bytes(sidecar),
+            compression=compressed.entry() if compressed is not None else None,
         )
         self.next_index += 1
         self._lengths, self._ids, self._tokens, self._docs = [], [], 0, 0
-        if compressed is not None:
-            temp_path(bin_final).unlink()
         return entry
 
     def abort(self) -> None:
@@ -166,9 +167,9 @@ class ShardWriter:
         if self._bin is not None:
             self._bin.close()
             self._bin = None
-            with contextlib.suppress(FileNotFoundError):
-            compression=compressed.entry() if compressed is not None else None,
-                temp_path(self.directory / f"{shard_name(self.prefix, self.next_index)}.bin").unlink()
+            for suffix in (".bin", ".bin.zst"):
+                with contextlib.suppress(FileNotFoundError):
+                    temp_path(self.directory / f"{shard_name(self.prefix, self.next_index)}{suffix}").unlink()
 
     def _open(self) -> None:
         name = shard_name(self.prefix, self.next_index)
