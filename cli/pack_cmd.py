@@ -36,14 +36,14 @@ def _shard_size(ctx, param, value):
               help="Roll over to a new shard at this size: bytes ('1GiB', '256MB') or tokens ('500M tokens').")
 @click.option("--checksum-block-size", type=ByteSize(), default="16MiB", show_default=True,
               help="Block size of the per-shard checksums.")
-@click.option("--text-field", default="text", show_default=True, help="JSON/Parquet field with the text (dotted for nested).")
-@click.option("--id-field", default=None, help="Field kept per document in an NAME.ids.jsonl sidecar.")
 @click.option("--compression", type=click.Choice([c.value for c in Codec]), default="none", show_default=True,
               help="zstd: store shards as NAME.bin.zst in independent frames (random access; not Megatron-readable).")
 @click.option("--compression-level", type=click.IntRange(1, 22), default=None,
               help="zstd level (default 3; 1 fastest, 19+ slow to write, all equally fast to read).")
 @click.option("--frame-size", type=ByteSize(), default=None,
               help="Uncompressed bytes per zstd frame, the unit of random access (default 1MiB).")
+@click.option("--text-field", default="text", show_default=True, help="JSON/Parquet field with the text (dotted for nested).")
+@click.option("--id-field", default=None, help="Field kept per document in an NAME.ids.jsonl sidecar.")
 @click.option("--encoding-errors", type=click.Choice(["strict", "replace"]), default="strict", show_default=True,
               help="strict: invalid UTF-8 makes a record bad; replace: decode with U+FFFD.")
 @click.option("--eos/--no-eos", default=True, show_default=True, help="Append the tokenizer's EOS to every document.")
@@ -60,13 +60,6 @@ def pack_cmd(inputs, output, tokenizer, tokenizer_backend, workers, shard_size, 
              compression_level, frame_size, text_field, id_field, encoding_errors, eos, bos, on_error, resume,
              overwrite, quiet, as_json, **scale_out):
     """Tokenize INPUTS (files, directories, globs or URLs of JSONL/Parquet/text) into a dataset at OUTPUT."""
-    config = PackConfig(
-        inputs=tuple(inputs),
-        output=output,
-        tokenize=TokenizeOptions(tokenizer=tokenizer, backend=tokenizer_backend, append_eos=eos, prepend_bos=bos),
-        reader=ReaderConfig(text_field=text_field, id_field=id_field, encoding_errors=encoding_errors),
-        limits=ShardLimits(max_bytes=shard_size.max_bytes, max_tokens=shard_size.max_tokens,
-                           checksum_block_size=checksum_block_size),
     if compression == Codec.NONE.value and (compression_level is not None or frame_size is not None):
         raise click.UsageError("--compression-level and --frame-size need --compression zstd")
     try:
@@ -74,6 +67,14 @@ def pack_cmd(inputs, output, tokenizer, tokenizer_backend, workers, shard_size, 
                                      **({"frame_size": frame_size} if frame_size is not None else {}))
     except ConfigError as e:
         raise click.BadParameter(str(e), param_hint="--frame-size") from None
+    config = PackConfig(
+        inputs=tuple(inputs),
+        output=output,
+        tokenize=TokenizeOptions(tokenizer=tokenizer, backend=tokenizer_backend, append_eos=eos, prepend_bos=bos),
+        reader=ReaderConfig(text_field=text_field, id_field=id_field, encoding_errors=encoding_errors),
+        limits=ShardLimits(max_bytes=shard_size.max_bytes, max_tokens=shard_size.max_tokens,
+                           checksum_block_size=checksum_block_size),
+        compression=compress,
         on_error=OnError(on_error),
         workers=workers,
         overwrite=overwrite,
@@ -81,7 +82,6 @@ def pack_cmd(inputs, output, tokenizer, tokenizer_backend, workers, shard_size, 
     )
     config = with_task(config, scale_out)  # --task-id: this run packs one part
     if wants_job(config, scale_out):  # --num-tasks without --task-id: all tasks, then the merge
-        compression=compress,
         return run_job(config, scale_out, quiet=quiet, as_json=as_json)
     status = StatusLine(enabled=not quiet and not as_json)
     try:
@@ -116,6 +116,9 @@ def summary_text(r: PackResult) -> str:
         f"{r.input_bytes / el / 1e6:.1f} MB/s, {r.workers} worker(s), tokenizer backend {r.tokenizer_backend}",
         f"  fingerprint {r.fingerprint[:16]}",
     ]
+    if m.compressed:
+        raw, stored = sum(s.bin_bytes for s in m.shards), sum(s.data_bytes for s in m.shards)
+        lines.insert(2, f"  compressed (zstd) to {human_bytes(stored)}, ratio {raw / max(stored, 1):.2f}×")
     if r.tokenizer_note:
         lines.append(f"  note: {r.tokenizer_note}")
     if r.resumed_shards:
@@ -126,6 +129,3 @@ def summary_text(r: PackResult) -> str:
         lines.append(f"  skipped {sk['count']} record(s) ({reasons}); first:")
         lines += [f"    {e['location']}: {e['reason']}" for e in sk["examples"][:5]]
     return "\n".join(lines)
-    if m.compressed:
-        raw, stored = sum(s.bin_bytes for s in m.shards), sum(s.data_bytes for s in m.shards)
-        lines.insert(2, f"  compressed (zstd) to {human_bytes(stored)}, ratio {raw / max(stored, 1):.2f}×")

@@ -16,9 +16,9 @@ from functools import cached_property
 from pathlib import Path
 
 import numpy as np
-from .compressed import DecompressCache
 
 from ..errors import ManifestError
+from .compressed import DecompressCache
 from .idx import IndexFile, check_index_arrays, read_index
 from .listing import scan_directory
 from .manifest import Manifest, ShardEntry

@@ -49,10 +49,10 @@ class PackConfig:
     tokenize: TokenizeOptions = field(default_factory=TokenizeOptions)
     reader: ReaderConfig = field(default_factory=ReaderConfig)
     limits: ShardLimits = field(default_factory=ShardLimits)
+    compression: CompressionConfig = field(default_factory=CompressionConfig)  # default: plain NAME.bin
     on_error: OnError = OnError.SKIP
     workers: int = 0  # 0: one per core
     overwrite: bool = False
-    compression: CompressionConfig = field(default_factory=CompressionConfig)  # default: plain NAME.bin
     resume: ResumeMode = ResumeMode.AUTO
     task: TaskSpec | None = None  # pack one task of a split job into a part (see tasks.py)
 
@@ -80,6 +80,6 @@ class PackConfig:
             "shard_max_tokens": self.limits.max_tokens,
             "checksum_block_size": self.limits.checksum_block_size,
             "on_error": self.on_error.value,
-        }
             # only when enabled: a plain pack's options (and fingerprint) are what they were before compression
             **({"compression": self.compression.to_json()} if self.compression.enabled else {}),
+        }
