@@ -298,6 +298,16 @@ class DatasetCache:
         self._inflight_lock = threading.Lock()
         self.inflight = set()
 
+    def close(self) -> None:
+        """Close this process's descriptors (which drops every lock it holds) and forget the dataset."""
+        with self.root.locked():
+            self.root.datasets.pop(self.key, None)
+        for fd in [self.pin_fd, self.own_fd, *self._data_fds.values()]:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._data_fds.clear()
+        self.fetcher = self.remote_source = None
+
     def check_fork(self) -> None:
         if self._pid != os.getpid():
             for fd in (self.pin_fd, self.own_fd):

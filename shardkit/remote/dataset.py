@@ -257,6 +257,17 @@ class RemoteDataset(Dataset):
         return GroupPrefetch(self.fetcher, self.cache.blocks, seq_len, block_samples,
                              lookahead_groups=self.config.lookahead_groups, lookahead_bytes=self._lookahead())
 
+    def close(self) -> None:
+        """Stop downloads and release this process's pins and descriptors (the cache files stay)."""
+        self.fetcher.close()
+        self.cache.close()
+
+    def __enter__(self) -> RemoteDataset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def stats(self) -> dict[str, Any]:
         """Downloads, verifications, waits and pins of this process, and the cache's size and limit."""
         with self.cache.root.locked():

@@ -194,10 +194,15 @@ class Fetcher:
             self._threads.append(t)
             t.start()
 
-    def close(self) -> None:
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop the download threads (a download in progress finishes first)."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+        if self._pid == os.getpid():
+            for t in self._threads:
+                if t is not threading.current_thread():
+                    t.join(timeout)
 
     def _next(self) -> tuple[int, int] | None:
         with self._cond:
