@@ -105,8 +105,8 @@ class _Remote:
     def url_of(self, name: str) -> str:
         return f"{self.url}/{name}"
 
-    def _get(self, name: str, start: int | None = None, end: int | None = None) -> bytes:
-        what = f"read {self.url_of(name)}" + (f" bytes [{start}, {end})" if start is not None else "")
+    def _get(self, name: str, start: int | None = None, end: int | None = None, label: str = "") -> bytes:
+        what = f"read {self.url_of(name)}" + (f" bytes [{start}, {end})" if start is not None else "") + label
         return retrying(lambda: self.fs.cat_file(f"{self.path}/{name}", start=start, end=end), what=what,
                         policy=self.config.retry)
 
@@ -195,7 +195,7 @@ class _Remote:
         e, i, lo, hi, want = self._block(gid)
         got = ""
         for _ in range(self.config.mismatch_retries):
-            data = self._get(e.bin_name, lo, hi)
+            data = self._get(e.bin_name, lo, hi, f" (cache block {i} of shard {e.name})")
             got = digest_bytes(data) if len(data) == hi - lo else f"{len(data):,} bytes instead of {hi - lo:,}"
             if got == want:
                 return data
