@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -19,7 +20,7 @@ _TOKENS_RE = re.compile(_NUM + r"\s*(K|M|G|T|P|B|k)?\s*(?:tokens?|tok|t)", re.AS
 
 def _scale(number: str, factor: int, text: str) -> int:
     value = float(number) * factor
-    if value != int(value) or value < 0:
+    if not math.isfinite(value) or value != int(value) or value < 0:  # ("1e400" is inf)
         raise ConfigError(f"{text!r} is not a whole, non-negative quantity")
     return int(value)
 

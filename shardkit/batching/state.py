@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any
 
 from ..errors import ResumeError
 
-__all__ = ["STATE_FORMAT", "STATE_VERSION", "make_state", "check_state"]
+__all__ = ["STATE_FORMAT", "STATE_VERSION", "brief", "make_state", "check_state"]
 
 STATE_FORMAT = "shardkit-loader-state"
 STATE_VERSION = 1
 _MAX_INDEX = 1 << 62
+_BRIEF = reprlib.Repr()
+_BRIEF.maxlevel, _BRIEF.maxstring, _BRIEF.maxother, _BRIEF.maxlong = 2, 60, 60, 60
+_BRIEF.maxlist = _BRIEF.maxtuple = _BRIEF.maxdict = _BRIEF.maxset = 4
+
+
+def brief(value: Any) -> str:
+    """A short repr for messages: a state read from a checkpoint may hold huge strings or deep nesting."""
+    try:
+        text = _BRIEF.repr(value)
+        return text if len(text) <= 200 else text[:197] + "..."
+    except (ValueError, RecursionError):  # an int past str()'s digit limit, an object with a deep repr
+        return f"<{type(value).__name__}>"
 
 
 def make_state(*, fingerprint: str, config: dict[str, Any], batch: int, samples: int, micro: int = 0,
@@ -33,25 +46,28 @@ def check_state(state: Any, *, fingerprint: str, config: dict[str, Any], force: 
     if not isinstance(state, dict):
         raise ResumeError("state", f"expected a dict from Loader.state_dict(), got {type(state).__name__}")
     if state.get("format") != STATE_FORMAT:
-        raise ResumeError("format", f"not a shardkit loader state (format {state.get('format')!r})")
+        raise ResumeError("format", f"not a shardkit loader state (format {brief(state.get('format'))})")
     if state.get("version") != STATE_VERSION:
-        raise ResumeError("version", f"state version {state.get('version')!r} is not {STATE_VERSION}; it was "
+        raise ResumeError("version", f"state version {brief(state.get('version'))} is not {STATE_VERSION}; it was "
                                      "written by another shardkit version")
     for key in ("batch", "samples", "micro"):
         v = state.get(key)
         if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < _MAX_INDEX:
-            raise ResumeError(key, f"must be a non-negative integer below 2**62, got {v!r}")
-    if state.get("fingerprint") != fingerprint and not force:
-        raise ResumeError("fingerprint", f"the state was saved on dataset {str(state.get('fingerprint'))[:16]}, "
+            raise ResumeError(key, f"must be a non-negative integer below 2**62, got {brief(v)}")
+    saved_fp = state.get("fingerprint")
+    if saved_fp != fingerprint and not force:
+        shown = saved_fp[:16] if isinstance(saved_fp, str) else brief(saved_fp)
+        raise ResumeError("fingerprint", f"the state was saved on dataset {shown}, "
                                          f"this loader reads {fingerprint[:16]}; pass force=True to continue "
                                          "on the new data from the same position")
     saved = state.get("config")
     if not isinstance(saved, dict):
-        raise ResumeError("config", "missing")
+        raise ResumeError("config", f"missing (expected the loader's stream config as a dict, got {brief(saved)})")
     if not force:
-        for key in sorted(set(saved) | set(config)):
+        for key in sorted(set(saved) | set(config), key=str):  # (a checkpoint may give non-str keys)
             if saved.get(key) != config.get(key):
-                raise ResumeError(f"config.{key}", f"saved {saved.get(key)!r}, now {config.get(key)!r}: the "
-                                                   "sample stream would differ; use the saved setting or "
-                                                   "force=True")
+                name = key[:80] if isinstance(key, str) else brief(key)
+                raise ResumeError(f"config.{name}", f"saved {brief(saved.get(key))}, now {brief(config.get(key))}: "
+                                                    "the sample stream would differ; use the saved setting or "
+                                                    "force=True")
     return state["batch"], state["samples"], state["micro"]

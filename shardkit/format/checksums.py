@@ -111,8 +111,8 @@ class ShardChecksums:
     def from_bytes(cls, raw: bytes, where: str) -> ShardChecksums:
         try:
             doc = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise ManifestError(where, f"checksum sidecar is not valid JSON ({e})") from None
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:  # (RecursionError: nested too deeply)
+            raise ManifestError(where, f"checksum sidecar is not valid JSON ({str(e)[:200]})") from None
         if not isinstance(doc, dict) or doc.get("format") != SIDECAR_FORMAT:
             raise ManifestError(where, "not a shardkit checksum sidecar")
         if doc.get("version") != SIDECAR_VERSION or doc.get("algorithm") != CHECKSUM_ALGORITHM:

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from ..batching.state import brief
 from ..errors import ConfigError, InputError, MissingDependencyError
 from ..order import BatchSchedule, Constant, Piecewise, Ramp, ShuffleMode
 from ..units import parse_count
@@ -173,17 +174,19 @@ def _read(path: Path) -> Any:
     if suffix == ".json":
         try:
             return json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ConfigError(f"{path}: not valid JSON: {e}") from None
+        except (ValueError, RecursionError) as e:  # (also: nested too deeply, an int of > 4300 digits)
+            raise ConfigError(f"{path}: not valid JSON: {str(e)[:200]}") from None
     if suffix == ".toml":
         toml = _toml()
         try:
             return toml.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, toml.TOMLDecodeError) as e:
-            raise ConfigError(f"{path}: not valid TOML: {e}") from None
+        except (ValueError, RecursionError) as e:  # TOMLDecodeError, bad UTF-8, deep nesting, huge ints
+            raise ConfigError(f"{path}: not valid TOML: {str(e)[:200]}") from None
     yaml = _yaml()
     try:
         return yaml.safe_load(data)
+    except (ValueError, RecursionError) as e:  # PyYAML lets these through: huge ints, deep nesting
+        raise ConfigError(f"{path}: not valid YAML: {str(e)[:200]}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
@@ -215,7 +218,7 @@ def _toml() -> Any:
 def _recipe(data: Any, *, strict: bool, origin: str | None = None) -> Recipe:
     top = _mapping(data, origin or "recipe", _TOP, required=("phases", "sources"), root=True)
     if "version" in top and top["version"] != FORMAT_VERSION:
-        raise ConfigError(f"version: recipe format {top['version']!r} is not supported (this shardkit reads "
+        raise ConfigError(f"version: recipe format {brief(top['version'])} is not supported (this shardkit reads "
                           f"version {FORMAT_VERSION}); upgrade shardkit")
     seed = _int(top.get("seed", 0), "seed", minimum=0)
     seq_len = _positive(top["seq_len"], "seq_len") if top.get("seq_len") is not None else None
@@ -239,7 +242,7 @@ def _sources(value: Any) -> tuple[SourceSpec, ...]:
         body = _mapping(value[name], where, _SOURCE, required=("path",))
         path = body["path"]
         if not isinstance(path, str) or not path.strip():
-            raise ConfigError(f"{where}.path: expected a path or URL string, got {path!r}")
+            raise ConfigError(f"{where}.path: expected a path or URL string, got {brief(path)}")
         epochs = body.get("epochs", "auto")
         epochs = None if epochs == "auto" else _positive(epochs, f"{where}.epochs", hint="or 'auto'")
         mode = _shuffle(body["shuffle"], f"{where}.shuffle") if "shuffle" in body else None
@@ -259,7 +262,7 @@ def _phases(value: Any, seq_len: int | None, sources: set[str], strict: bool) ->
         body = _mapping(raw, where, _PHASE, required=("name", "tokens", "batch", "mix"))
         name = body["name"]
         if not isinstance(name, str) or not name.strip():
-            raise ConfigError(f"{where}.name: expected a non-empty string, got {name!r}")
+            raise ConfigError(f"{where}.name: expected a non-empty string, got {brief(name)}")
         if name in names:
             raise ConfigError(f"{where}.name: duplicate phase name {name!r} (also phases[{names[name]}]); "
                               "phase names must be unique")
@@ -318,7 +321,7 @@ def _schedule(value: Any, where: str, seq_len: int) -> BatchSchedule:
     if not isinstance(value, Mapping) or len(value) != 1:
         raise ConfigError(f"{where}: expected a batch size (8192) or one of {{constant: N}}, "
                           f"{{ramp: {{start, increment, over_samples, final}}}}, "
-                          f"{{piecewise: {{pieces: [[until, size], ...], final, unit}}}}; got {value!r}")
+                          f"{{piecewise: {{pieces: [[until, size], ...], final, unit}}}}; got {brief(value)}")
     ((kind, body),) = value.items()
     at = f"{where}.{kind}"
     if kind == "constant":
@@ -338,7 +341,7 @@ def _schedule(value: Any, where: str, seq_len: int) -> BatchSchedule:
         b = _mapping(body, at, _PIECEWISE, required=("pieces", "final"))
         pieces = b["pieces"]
         if not isinstance(pieces, list) or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in pieces):
-            raise ConfigError(f"{at}.pieces: expected a list of [until, batch size] pairs, got {pieces!r}")
+            raise ConfigError(f"{at}.pieces: expected a list of [until, batch size] pairs, got {brief(pieces)}")
         unit = b.get("unit", "steps")
         length = b.get("seq_len", seq_len if unit == "tokens" else None)
         return _build(lambda: Piecewise(
@@ -383,18 +386,23 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
-def _int(value: Any, where: str, *, minimum: int, hint: str = "") -> int:
+_MAX_INT = (1 << 62) - 1  # counts and sizes past this overflow the int64 arithmetic of the phase plan
+
+
+def _int(value: Any, where: str, *, minimum: int, hint: str = "", maximum: int = _MAX_INT) -> int:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if not _is_int(value):
-        raise ConfigError(f"{where}: expected an integer{' ' + hint if hint else ''}, got {value!r}")
+        raise ConfigError(f"{where}: expected an integer{' ' + hint if hint else ''}, got {brief(value)}")
     if value < minimum:
-        raise ConfigError(f"{where}: must be ≥ {minimum}, got {value}")
+        raise ConfigError(f"{where}: must be ≥ {minimum}, got {brief(int(value))}")
+    if value > maximum:
+        raise ConfigError(f"{where}: {brief(value)} is too large (at most {maximum:,})")
     return int(value)
 
 
 def _positive(value: Any, where: str, hint: str = "") -> int:
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit() and len(value) < 100:
         value = int(value)
     return _int(value, where, minimum=1, hint=hint)
 
@@ -413,21 +421,23 @@ def _shuffle(value: Any, where: str) -> ShuffleMode:
     if isinstance(value, bool):
         raise ConfigError(f"{where}: expected none, block or full, got {value!r} "
                           "(YAML reads off/no/false as a boolean; write 'none')")
+    if value is not None and not isinstance(value, (str, ShuffleMode)):  # (parse would str() a whole mapping)
+        raise ConfigError(f"{where}: expected none, block or full, got {brief(value)}")
     try:
         return ShuffleMode.parse(value)
     except (ConfigError, ValueError, AttributeError):
-        raise ConfigError(f"{where}: expected none, block or full, got {value!r}") from None
+        raise ConfigError(f"{where}: expected none, block or full, got {brief(value)}") from None
 
 
 def _enum(cls: Any, value: Any, where: str) -> Any:
     try:
-        return cls(str(value).strip().lower())
+        return cls(value.strip().lower() if isinstance(value, str) else value)
     except ValueError:
-        raise ConfigError(f"{where}: expected one of {', '.join(m.value for m in cls)}, got {value!r}") from None
+        raise ConfigError(f"{where}: expected one of {', '.join(m.value for m in cls)}, got {brief(value)}") from None
 
 
 def _kind(value: Any) -> str:
-    return "nothing" if value is None else f"{type(value).__name__} {value!r}"[:80]
+    return "nothing" if value is None else f"{type(value).__name__} {brief(value)}"[:80]
 
 
 def _weight_json(w: Fraction) -> int | float | str:

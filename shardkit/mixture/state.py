@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..batching.state import brief
 from ..errors import ResumeError
 
 __all__ = ["STATE_FORMAT", "STATE_VERSION", "SavedState", "parse_state"]
@@ -39,19 +40,21 @@ def _index(value: Any, field: str, *, signed: bool = False) -> int:
     lo = -_MAX if signed else 0
     if not isinstance(value, int) or isinstance(value, bool) or not lo <= value < _MAX:
         kind = "an integer" if signed else "a non-negative integer"
-        raise ResumeError(field, f"must be {kind} below 2**62, got {value!r}")
+        raise ResumeError(field, f"must be {kind} below 2**62, got {brief(value)}")
     return value
 
 
 def _pairs(obj: Any, field: str, *, signed: bool) -> dict[str, tuple[int, int]]:
     if not isinstance(obj, dict):
-        raise ResumeError(field, f"expected a mapping of source name to {{samples, tokens}}, got {obj!r}")
+        raise ResumeError(field, f"expected a mapping of source name to {{samples, tokens}}, got {brief(obj)}")
     out = {}
-    for name, v in obj.items():
+    for key, v in obj.items():
+        name = key if isinstance(key, str) else brief(key)
+        at = f"{field}.{name[:80]}"
         if not isinstance(v, dict) or set(v) - {"samples", "tokens", "active"}:
-            raise ResumeError(f"{field}.{name}", f"expected {{samples, tokens}}, got {v!r}")
-        out[str(name)] = (_index(v.get("samples"), f"{field}.{name}.samples", signed=signed),
-                          _index(v.get("tokens"), f"{field}.{name}.tokens", signed=signed))
+            raise ResumeError(at, f"expected {{samples, tokens}}, got {brief(v)}")
+        out[name] = (_index(v.get("samples"), f"{at}.samples", signed=signed),
+                     _index(v.get("tokens"), f"{at}.tokens", signed=signed))
     return out
 
 
@@ -62,16 +65,17 @@ def parse_state(state: Any) -> SavedState:
     if state.get("format") != STATE_FORMAT:
         hint = " (a single-source Loader state: resume it with shardkit.loader.Loader)" \
             if state.get("format") == "shardkit-loader-state" else ""
-        raise ResumeError("format", f"not a shardkit mixture state (format {state.get('format')!r}){hint}")
+        raise ResumeError("format", f"not a shardkit mixture state (format {brief(state.get('format'))}){hint}")
     if state.get("version") != STATE_VERSION:
-        raise ResumeError("version", f"state version {state.get('version')!r} is not {STATE_VERSION}; it was "
+        raise ResumeError("version", f"state version {brief(state.get('version'))} is not {STATE_VERSION}; it was "
                                      "written by another shardkit version")
     recipe = state.get("recipe")
     if not isinstance(recipe, str):
-        raise ResumeError("recipe", f"expected the recipe fingerprint, got {recipe!r}")
+        raise ResumeError("recipe", f"expected the recipe fingerprint, got {brief(recipe)}")
     datasets = state.get("datasets")
     if not isinstance(datasets, dict) or not all(isinstance(v, str) for v in datasets.values()):
-        raise ResumeError("datasets", f"expected a mapping of source name to dataset fingerprint, got {datasets!r}")
+        raise ResumeError("datasets", f"expected a mapping of source name to dataset fingerprint, got "
+                                      f"{brief(datasets)}")
     batch, micro, samples, anchor = (_index(state.get(k), k) for k in ("batch", "micro", "samples", "anchor"))
     if anchor > batch:
         raise ResumeError("anchor", f"{anchor} is after the batch {batch} the state was taken at")

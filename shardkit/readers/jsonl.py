@@ -82,9 +82,12 @@ def _decode_lines(block: bytes, terminated: bool, errors: str) -> tuple[list[str
         lines = s.split("\n")
     except UnicodeDecodeError:
         lines, bad = [], {}
-        for k, raw in enumerate(block.split(b"\n")):
+        pieces = block.split(b"\n")
+        for k, raw in enumerate(pieces):
+            if k < len(pieces) - 1 and raw.endswith(b"\r"):
+                raw = raw[:-1]  # drop CRLF's "\r" as above: a line's error message must not depend on its block
             try:
-                lines.append(raw.decode("utf-8"))  # a trailing "\r" is JSON whitespace: the slow parse allows it
+                lines.append(raw.decode("utf-8"))
             except UnicodeDecodeError as e:
                 lines.append("")
                 bad[k] = f"invalid UTF-8 at byte {e.start} of the line (try --encoding-errors replace)"

@@ -88,6 +88,18 @@ def _strings(arr: pa.Array, binary: bool, errors: str) -> list[Any]:
     return out
 
 
+def _ids(arr: pa.Array) -> list[Any]:
+    """Python values of the id column; a string id in invalid UTF-8 is only a label, so it gets U+FFFD."""
+    try:
+        return arr.to_pylist()  # type: ignore[no-any-return]
+    except UnicodeDecodeError:
+        if pa.types.is_dictionary(arr.type):
+            arr = arr.dictionary_decode()
+        if not _is_text(arr.type):
+            raise
+        return [None if v is None else v.decode("utf-8", "replace") for v in arr.cast(pa.large_binary()).to_pylist()]
+
+
 class _BadUtf8:
     __slots__ = ("start",)
 
@@ -109,7 +121,7 @@ def _open(url: str, stack: ExitStack) -> pq.ParquetFile:
         raise ReaderError(url, "file not found (was it moved or deleted after listing?)") from None
     except PermissionError:
         raise ReaderError(url, "permission denied; check the file's permissions") from None
-    except (pa.ArrowException, OSError) as e:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as e:  # (column names in bad UTF-8)
         raise ReaderError(url, f"not a readable parquet file ({e}); {_FIX}") from None
 
 
@@ -153,8 +165,8 @@ def read_parquet(file: InputFile, config: ReaderConfig, start: int = 0) -> Itera
                         batch = batch.slice(offset)
                         row += offset
                     texts = _strings(_column(batch, field), binary, config.encoding_errors)
-                    ids = _column(batch, id_path).to_pylist() if id_path is not None else None
-                except (pa.ArrowException, OSError) as e:
+                    ids = _ids(_column(batch, id_path)) if id_path is not None else None
+                except (pa.ArrowException, OSError, UnicodeDecodeError) as e:  # (bad UTF-8 inside a struct id)
                     raise ReaderError(url, f"corrupt parquet data in row group {rg} near row {row} ({e}); "
                                       f"{_FIX}") from None
                 yield from _records(url, field, texts, ids, row)

@@ -1,0 +1,6 @@
+"""atheris harness for the `reader_parquet` target (see fuzz/targets.py); run: python -m fuzz.fuzz_reader_parquet CORPUS... [libFuzzer flags]."""
+
+from fuzz.harness import main
+
+if __name__ == "__main__":
+    main("reader_parquet")

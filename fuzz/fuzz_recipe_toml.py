@@ -1,0 +1,6 @@
+"""atheris harness for the `recipe_toml` target (see fuzz/targets.py); run: python -m fuzz.fuzz_recipe_toml CORPUS... [libFuzzer flags]."""
+
+from fuzz.harness import main
+
+if __name__ == "__main__":
+    main("recipe_toml")
