@@ -188,13 +188,15 @@ class CacheRoot:
         used = sum(ds.used() for ds in datasets)
         if used + need <= self.limit:
             return True
-        order = []
-        for ds in datasets:
-            ids = eviction_order(ds.state, ds.stamp)
-            order.extend(zip(ds.stamp[ids].tolist(), [ds] * ids.size, ids.tolist()))
-        order.sort(key=lambda t: (t[0], t[1].key, t[2]))
-        cands = ((int(ds.charge[g]), (lambda ds=ds, g=g: ds.try_evict(g)))
-                 for _, ds, g in order if not (ds is skip and g == skip_gid))
+        datasets.sort(key=lambda d: d.key)  # least recently used first across datasets; ties alike everywhere
+        ids = [eviction_order(ds.state, ds.stamp) for ds in datasets]
+        stamps = np.concatenate([ds.stamp[i] for ds, i in zip(datasets, ids)])
+        which = np.concatenate([np.full(i.size, k, dtype=np.int64) for k, i in enumerate(ids)])
+        gids = np.concatenate(ids)
+        order = np.lexsort((gids, which, stamps)).tolist()
+        cands = ((int(datasets[k].charge[g]), (lambda ds=datasets[k], g=g: ds.try_evict(g)))
+                 for k, g in ((int(which[j]), int(gids[j])) for j in order)
+                 if not (datasets[k] is skip and g == skip_gid))
         if make_room(need, used, self.limit, cands) is not None:
             return True
         # what is left may be entries of killed processes: clear them and try once more

@@ -7,24 +7,41 @@ outputs) and the loader (remote datasets) agree. Credentials and endpoints come 
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import os
+import threading
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import fsspec
+import fsspec.config
 import fsspec.core
 from fsspec.implementations.local import LocalFileSystem
 
-from ..errors import ConfigError
+from ..errors import ConfigError, MissingDependencyError
 
-__all__ = ["filesystem", "is_remote", "join", "strip_protocol"]
+__all__ = ["filesystem", "is_remote", "join", "protocols", "storage_options_scope", "strip_protocol"]
 
 _LOCAL_PROTOCOLS = frozenset({"file", "local"})
+# protocol -> (package, shardkit extra or None) for the "pip install" hint
+_PACKAGES = {"s3": ("s3fs", "s3"), "s3a": ("s3fs", "s3"), "gs": ("gcsfs", None), "gcs": ("gcsfs", None),
+             "az": ("adlfs", None), "abfs": ("adlfs", None), "abfss": ("adlfs", None)}
+_CONF_LOCK = threading.Lock()
 
 
 def _protocol(url: str) -> str | None:
     if "://" not in url:
         return None
     return url.split("://", 1)[0].split("::")[-1].lower() or None
+
+
+def _copied(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A deep copy where possible (filesystems may modify nested dicts such as client_kwargs)."""
+    try:
+        return copy.deepcopy(dict(options or {}))
+    except (TypeError, copy.Error):  # e.g. a live session object among the options
+        return dict(options or {})
 
 
 def is_remote(url: str | os.PathLike[str]) -> bool:
@@ -40,7 +57,7 @@ def is_remote(url: str | os.PathLike[str]) -> bool:
     return any(_protocol(link) not in _LOCAL_PROTOCOLS for link in links if "://" in link)
 
 
-def filesystem(url: str | os.PathLike[str], storage_options: dict[str, Any] | None = None,
+def filesystem(url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None,
                ) -> tuple[fsspec.AbstractFileSystem, str]:
     """The fsspec filesystem for `url` and the path on it (protocol stripped, no trailing slash).
 
@@ -49,10 +66,10 @@ def filesystem(url: str | os.PathLike[str], storage_options: dict[str, Any] | No
     """
     url = os.fspath(url)
     try:
-        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        fs, path = fsspec.core.url_to_fs(url, **_copied(storage_options))
     except ImportError as e:
-        raise ConfigError(f"{url}: the filesystem for this URL is not installed ({e}); "
-                          "for s3:// install s3fs, for gs:// gcsfs, for az:// adlfs") from e
+        package, extra = _PACKAGES.get(_protocol(url) or "", (str(e), None))
+        raise MissingDependencyError(package, extra, purpose=f"{_protocol(url)}:// URLs") from e
     except (ValueError, TypeError) as e:
         raise ConfigError(f"{url}: cannot open this location with the given storage options: {e}") from e
     if not isinstance(fs, LocalFileSystem):
@@ -73,3 +90,44 @@ def join(url: str | os.PathLike[str], name: str) -> str:
 def strip_protocol(url: str) -> str:
     """`url` without its protocol, for messages and local cache keys (``s3://b/k`` -> ``b/k``)."""
     return url.split("://", 1)[-1]
+
+
+def protocols(urls: Iterable[str | os.PathLike[str]]) -> list[str]:
+    """The distinct remote protocols of `urls`, in first-seen order (``["s3"]`` for s3:// inputs)."""
+    out: dict[str, None] = {}
+    for url in urls:
+        url = os.fspath(url)
+        for link in url.split("::"):
+            proto = _protocol(link)
+            if proto is not None and proto not in _LOCAL_PROTOCOLS:
+                out[proto] = None
+    return list(out)
+
+
+@contextlib.contextmanager
+def storage_options_scope(urls: Iterable[str | os.PathLike[str]],
+                          storage_options: Mapping[str, Any] | None) -> Iterator[None]:
+    """Make `storage_options` the defaults of every filesystem fsspec creates for the protocols of `urls`.
+
+    Code that opens plain URL strings (``fsspec.open(url)`` in the readers, listing) then reaches the
+    endpoint and credentials the caller gave, without each layer passing options along. The options are
+    merged over fsspec's own config (FSSPEC_<PROTOCOL>_* variables, config files) and restored on exit.
+    This is process-wide state: concurrent scopes for the same protocol must agree.
+    """
+    if not storage_options:
+        yield
+        return
+    protos = protocols(urls)
+    with _CONF_LOCK:
+        saved = {p: _copied(fsspec.config.conf[p]) if p in fsspec.config.conf else None for p in protos}
+        for p in protos:
+            fsspec.config.conf[p] = {**fsspec.config.conf.get(p, {}), **_copied(storage_options)}
+    try:
+        yield
+    finally:
+        with _CONF_LOCK:
+            for p, old in saved.items():
+                if old is None:
+                    fsspec.config.conf.pop(p, None)
+                else:
+                    fsspec.config.conf[p] = old

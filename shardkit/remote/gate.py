@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .blocks import BlockMap
-from .prefetch import CHUNK, GROUP, Fetcher, Window
+from .prefetch import CHUNK, GROUP, Fetcher, PinSet
 
 __all__ = ["GroupPrefetch", "ReadGate"]
 
@@ -34,15 +34,11 @@ class ReadGate:
         self.seq_len = seq_len
         self.width = seq_len + 1
         self.lookahead_bytes = lookahead_bytes
-        self._held = np.zeros(0, dtype=np.int64)
-        self._generation = fetcher.generation
-        self._chunk = Window(fetcher, CHUNK)
+        self._held = PinSet(fetcher, None)  # the blocks of the last read, until the next one
+        self._chunk = PinSet(fetcher, CHUNK)
 
     def _ensure(self, gids: np.ndarray) -> None:
-        f = self.fetcher
-        if self._generation != f.generation:  # a forked child does not hold its parent's pins
-            self._held, self._generation = np.zeros(0, dtype=np.int64), f.generation
-        self._held = f.ensure(gids, self._held)
+        self.fetcher.ensure(gids, self._held)
 
     def rows(self, shard: int, phase: int, view_rows: np.ndarray) -> None:
         """Before gathering rows of shard `shard`'s row view (row r starts at token phase + r·seq_len)."""
@@ -61,7 +57,7 @@ class ReadGate:
 
     def release(self) -> None:
         """Drop every pin this reader holds (its blocks become evictable)."""
-        self._held = self.fetcher.ensure(np.zeros(0, dtype=np.int64), self._held)
+        self._held.clear()
         self._chunk.clear()
 
 
@@ -75,7 +71,7 @@ class GroupPrefetch:
         self.block_tokens = block_samples * seq_len
         self.lookahead_groups = lookahead_groups
         self.lookahead_bytes = lookahead_bytes
-        self._window = Window(fetcher, GROUP)
+        self._window = PinSet(fetcher, GROUP)
 
     def gids_of(self, sample_blocks: np.ndarray) -> np.ndarray:
         """Cache blocks under shuffle blocks, in the given order (block j is tokens [j·bs·L, (j+1)·bs·L + 1))."""

@@ -5,7 +5,7 @@ exact upcoming rows of the loader's planned chunk in order of first use (CHUNK),
 current and next shuffle group (GROUP). A block is *ready* for this process once it is pinned (an OFD
 shared lock: no process can evict it) and known to hold verified bytes — downloaded and checked here, or
 found PRESENT and re-checked here against its digest (so a damaged cache entry is refetched, never
-served). Only the threads that read (the "owner" side: `ensure`, `Window.set`) change pins; download
+served). Only the threads that read (the "owner" side: `ensure`, `PinSet.set`) change pins; download
 threads only mark blocks ready, so a pin can never disappear under a reader.
 """
 
@@ -27,7 +27,7 @@ import numpy as np
 from .blocks import PRESENT, RESERVED
 from .cache import CacheError, DatasetCache, ofd_lock
 
-__all__ = ["URGENT", "CHUNK", "GROUP", "Fetcher", "Window"]
+__all__ = ["URGENT", "CHUNK", "GROUP", "Fetcher", "PinSet"]
 
 URGENT, CHUNK, GROUP = 0, 1, 2
 _PARK_RETRY = 0.5  # seconds between retries of prefetches that found the cache full
@@ -46,7 +46,7 @@ class Fetcher:
         self.stall_timeout = stall_timeout
         self.metrics = {"blocks_downloaded": 0, "bytes_downloaded": 0, "blocks_verified": 0,
                         "corrupt_refetched": 0, "waits": 0, "wait_seconds": 0.0, "window_pins_dropped": 0}
-        self._windows: weakref.WeakSet[Window] = weakref.WeakSet()
+        self._pinsets: weakref.WeakSet[PinSet] = weakref.WeakSet()
         self._pid = -1
         self._reset()
 
@@ -68,6 +68,7 @@ class Fetcher:
         self._threads: list[threading.Thread] = []
         self._closed = False
         self._freed = False
+        self._deferred: list[np.ndarray] = []
         self.cache.check_fork()
 
     def _check_fork(self) -> None:
@@ -110,20 +111,26 @@ class Fetcher:
                 self._start_workers()
                 self._cond.notify_all()
 
-    def ensure(self, gids: np.ndarray, held: np.ndarray) -> np.ndarray:
-        """Pin `gids`, release the `held` pins of the caller's previous read, wait until all are ready.
+    def _defer_release(self, box: list[Any]) -> None:
+        """A PinSet was dropped (called by its finaliser, on any thread): release its pins at the next owner call."""
+        if box[1] == self.generation and box[0].size:
+            self._deferred.append(box[0])
 
-        Returns the new held set. Raises the download's error (naming URL and block) if a block cannot be had.
+    def _drain(self) -> None:
+        while self._deferred:
+            self.unpin(self._deferred.pop())
+
+    def ensure(self, gids: np.ndarray, held: PinSet) -> None:
+        """Pin `gids` in place of `held`'s previous read, and wait until all are ready (bytes verified).
+
+        Raises the download's error (naming URL and block) if a block cannot be had.
         """
         self._check_fork()
         with self._owner:
-            self.pin(gids)
-            self.unpin(held)
+            held.set(gids)
             self.cache.touch(gids)
-            if self.ready[gids].all():
-                return gids
-            self._wait(gids)
-            return gids
+            if not self.ready[gids].all():
+                self._wait(gids)
 
     def _wait(self, gids: np.ndarray) -> None:
         started = time.monotonic()
@@ -178,10 +185,12 @@ class Fetcher:
     def _drop_window_pins(self, keep: np.ndarray) -> bool:
         """The cache cannot hold what a read needs: give up this process's prefetch pins (not `keep`)."""
         dropped = False
-        for w in list(self._windows):
+        for w in list(self._pinsets):
+            if w.prio is None:
+                continue  # a reader's current read
             extra = np.setdiff1d(w.gids, keep)
             if extra.size:
-                w.gids = np.intersect1d(w.gids, keep)
+                w._box[0] = np.intersect1d(w.gids, keep)
                 self.unpin(extra)
                 self.metrics["window_pins_dropped"] += int(extra.size)
                 dropped = True
@@ -295,30 +304,37 @@ class Fetcher:
             return {**self.metrics, "pinned": int((self.refs > 0).sum()), "ready": int(self.ready.sum())}
 
 
-class Window:
-    """A set of blocks this process wants soon, kept pinned and fetched in order; replaced as a whole."""
+class PinSet:
+    """Blocks this process keeps pinned for one purpose (a reader's last read, a prefetch window), replaced
+    as a whole; with a priority, what it pins is also fetched, in the order given. Dropping the object
+    releases its pins (deferred to the next owner call: a finaliser must not take locks)."""
 
-    def __init__(self, fetcher: Fetcher, prio: int) -> None:
+    def __init__(self, fetcher: Fetcher, prio: int | None) -> None:
         self.fetcher = fetcher
         self.prio = prio
-        self.gids = np.zeros(0, dtype=np.int64)
-        self._generation = fetcher.generation
-        fetcher._windows.add(self)
+        self._box: list[Any] = [np.zeros(0, dtype=np.int64), fetcher.generation]
+        fetcher._pinsets.add(self)
+        weakref.finalize(self, fetcher._defer_release, self._box)
+
+    @property
+    def gids(self) -> np.ndarray:
+        return self._box[0] if self._box[1] == self.fetcher.generation else np.zeros(0, dtype=np.int64)
 
     def set(self, gids: np.ndarray) -> None:
-        """Pin and request `gids` (in fetch order), release what the previous set held beyond them."""
+        """Pin `gids` (and request them in this order), release what the previous set held beyond them."""
         f = self.fetcher
         f._check_fork()
         with f._owner:
-            if self._generation != f.generation:  # forked: the parent's pins are not ours
-                self.gids, self._generation = np.zeros(0, dtype=np.int64), f.generation
-                f._windows.add(self)
-            new = np.setdiff1d(gids, self.gids)
-            old = np.setdiff1d(self.gids, gids)
-            f.pin(new)
-            f.unpin(old)
-            self.gids = np.unique(gids)
-            f.request(gids, self.prio)
+            f._drain()
+            if self._box[1] != f.generation:  # forked: the parent's pins are not ours
+                self._box[:] = [np.zeros(0, dtype=np.int64), f.generation]
+                f._pinsets.add(self)
+            cur = self._box[0]
+            f.pin(np.setdiff1d(gids, cur, assume_unique=False))
+            f.unpin(np.setdiff1d(cur, gids))
+            self._box[0] = np.unique(gids)
+            if self.prio is not None:
+                f.request(gids, self.prio)
 
     def clear(self) -> None:
         self.set(np.zeros(0, dtype=np.int64))

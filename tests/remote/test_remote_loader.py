@@ -124,7 +124,7 @@ def test_remote_stream_equals_local_stream_across_resume(s3, local, tmp_path, sh
 def test_cache_never_exceeds_its_limit_measured_in_st_blocks(s3, local, tmp_path):
     url = _upload(s3, local)
     cache = tmp_path / "cache"
-    limit = 30 * (BLOCK + 8192)
+    limit = 20 * (BLOCK + 8192)  # about half the data
     peak, stop = [0], threading.Event()
 
     def sample():
@@ -141,7 +141,7 @@ def test_cache_never_exceeds_its_limit_measured_in_st_blocks(s3, local, tmp_path
             sampler.join()
         assert _same(got, _batches(local, "block", max_epochs=2))
         downloaded = ds.stats()["bytes_downloaded"]
-    assert downloaded > 2 * limit  # blocks were evicted and fetched again
+    assert downloaded > sum(f.stat().st_size for f in local.glob("*.bin"))  # evicted blocks were fetched again
     assert 0 < peak[0] <= limit
 
 

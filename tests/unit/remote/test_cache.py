@@ -154,3 +154,18 @@ def test_a_read_larger_than_the_cache_is_a_clear_error(local, tmp_path):
 
     with _open(local, tmp_path / "c", limit=6 * BLOCK) as ds, pytest.raises(CacheError, match="raise cache_limit"):
         _batches(ds, "full", n=50)
+
+
+def test_dataloader_workers_share_the_cache_and_deliver_the_loader_stream(local, tmp_path):
+    torch = pytest.importorskip("torch")
+    from shardkit.torch import ShardkitDataLoader
+
+    kw = dict(seq_len=127, batch_schedule=8, shuffle="block", seed=5, block_samples=32, group_blocks=2, max_epochs=1)
+    want = [b["input_ids"].copy() for b in Loader(local, **kw)]
+    with _open(local, tmp_path / "c") as ds:
+        _batches(ds, "block", n=3)  # the parent holds pins and ready blocks when the workers fork
+        got = [b["input_ids"] for b in ShardkitDataLoader(Loader(ds, **kw), num_workers=2, group=2)]
+        got = [g.numpy() if isinstance(g, torch.Tensor) else g for g in got]
+        assert _same(got, want)
+        blocks = ds.cache.blocks.num_blocks
+        assert int((ds.cache.state == PRESENT).sum()) == blocks  # the workers filled the shared cache
