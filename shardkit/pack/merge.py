@@ -207,7 +207,12 @@ def _link(src: Path, dst: Path) -> bool:
                             "never copies token data, so put the output on the parts' filesystem") from None
         raise PackError(f"cannot hard-link {src} to {tmp}: {e.strerror}; merge needs a filesystem with hard "
                         "links, the parts on the same filesystem as the output") from None
-    os.replace(tmp, dst)
+    try:
+        os.replace(tmp, dst)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise PackError(f"cannot place {dst.name} in {dst.parent}: {e.strerror}; remove what is in the way "
+                        "and run the merge again (it continues where it stopped)") from None
     return True
 
 
@@ -225,6 +230,9 @@ def merge_parts(parts: Sequence[str | os.PathLike[str]], output: str | os.PathLi
             raise PackError(f"the output {out} is one of the parts; merge into a new directory")
     _check_compatible(loaded)
     manifest = _merged_manifest(loaded)
+    if not manifest.shards:
+        raise PackError(f"the {len(loaded)} part(s) hold no documents; nothing to merge (see their "
+                        "manifests' stats.skipped)")
     fingerprint = manifest.to_json()["fingerprint"]
     ordered = sorted(loaded, key=lambda p: p.task_id)
     with locked_output(out):

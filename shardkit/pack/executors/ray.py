@@ -59,7 +59,8 @@ class _ProgressSink:
 def _ray_task(config: PackConfig, sink: Any) -> dict[str, Any]:
     """The body of one Ray task: report the attempt, run the task, return its outcome as JSON."""
     task_id = config.task.task_id if config.task is not None else 0
-    sink.started.remote(task_id, os.getpid())
+    ray = import_ray()
+    ray.get(sink.started.remote(task_id, os.getpid()))  # waited for: a retry is counted even if killed at once
 
     def report(p: PackProgress) -> None:
         sink.update.remote(task_id, dataclasses.astuple(p))  # fire and forget
