@@ -6,7 +6,8 @@ ways to read it:
 * **Ranges** — `decompress_range(source, lo, hi)` / `FrameRanges` decompress only the frames covering
   uncompressed bytes `[lo, hi)`, from a path or any seekable file object (an fsspec remote file works);
   `FrameRanges.compressed_span(lo, hi)` says which bytes of the `.zst` those frames occupy, so a remote
-  block cache can fetch exactly them first.
+  block cache can fetch exactly them first; `fetch_tail` + `decode_span` turn one fetched span (plus the
+  file's tail, fetched once) into verified uncompressed bytes without further fetches.
 * **Whole shard** — `DecompressCache.materialize` decompresses the shard once into a plain `.bin` in a
   per-user cache directory (temp file → checked against the shard's uncompressed block checksums →
   fsync → rename), which `Shard.tokens` then maps like any shard: the loader's hot path is unchanged.
@@ -37,7 +38,7 @@ from typing import BinaryIO
 from ..errors import ConfigError, IntegrityError, ManifestError
 from .checksums import BlockHasher, FileChecksums, ShardChecksums, digest_bytes
 from .manifest import ShardEntry
-from .zstd_frames import FramedReader, FrameIndex
+from .zstd_frames import FOOTER_SIZE, FramedReader, FrameIndex
 
 __all__ = [
     "CACHE_FORMAT",
@@ -45,7 +46,9 @@ __all__ = [
     "FrameRanges",
     "RangeFile",
     "check_frame_index",
+    "decode_span",
     "decompress_range",
+    "fetch_tail",
     "default_cache_dir",
     "decompress_shard",
     "iter_frames",
@@ -136,6 +139,50 @@ class RangeFile(io.RawIOBase):
         memoryview(buffer).cast("B")[:got] = data
         self._pos += got
         return got
+
+
+def fetch_tail(fetch: Callable[[int, int], bytes], file_size: int) -> tuple[int, bytes]:
+    """`(offset, bytes)` of a framed file's index frame and footer, in two fetches: the footer, then the rest.
+
+    The bytes are checked (digests, layout) when `decode_span` parses them; fetch them once per file.
+    """
+    if file_size < 8 + FOOTER_SIZE:
+        raise IntegrityError("<framed file>", f"truncated: {file_size} bytes is smaller than an empty framed file")
+    footer = fetch(file_size - FOOTER_SIZE, FOOTER_SIZE)
+    index_offset = int.from_bytes(footer[24:32], "little")  # footer field 3 (docs/format.md)
+    start = index_offset - 8
+    if not 0 <= start <= file_size - FOOTER_SIZE:
+        raise IntegrityError("<framed file>", f"footer names index offset {index_offset}, outside the file of "
+                                              f"{file_size} bytes (corrupted footer?)")
+    return start, fetch(start, file_size - FOOTER_SIZE - start) + footer
+
+
+def decode_span(tail: tuple[int, bytes], span_start: int, span: bytes, lo: int, hi: int, *,
+                name: str = "<framed file>") -> bytes:
+    """Verified uncompressed bytes `[lo, hi)` from `span` (compressed bytes at `span_start` of the file).
+
+    `tail` is `fetch_tail`'s result; `span` must cover `FrameRanges(index).compressed_span(lo, hi)` (a
+    shorter one is an error naming the missing bytes). Nothing is fetched; safe to call from any thread.
+    """
+    tail_at, tail_bytes = tail
+    size = tail_at + len(tail_bytes)
+
+    def serve(offset: int, n: int) -> bytes:
+        if offset >= tail_at:
+            return tail_bytes[offset - tail_at:offset - tail_at + n]
+        if span_start <= offset and offset + n <= span_start + len(span):
+            return span[offset - span_start:offset - span_start + n]
+        raise ConfigError(f"{name}: bytes [{offset}, {offset + n}) are needed but the span given covers "
+                          f"[{span_start}, {span_start + len(span)})")
+
+    try:
+        reader = FramedReader(RangeFile(serve, size, name), cache_frames=0, name=name)
+    except ConfigError:  # only a damaged footer reads outside the tail (a scan for its magic)
+        raise IntegrityError(name, "the footer is damaged (no magic at the end of the tail bytes)") from None
+    with reader as r:
+        if not 0 <= lo <= hi <= r.uncompressed_size:
+            raise ConfigError(f"{name}: byte range [{lo}, {hi}) is outside [0, {r.uncompressed_size}]")
+        return r.read(lo, hi - lo)
 
 
 def decompress_range(source: str | os.PathLike[str] | BinaryIO, byte_lo: int, byte_hi: int) -> bytes:

@@ -18,11 +18,13 @@ from shardkit.format.compressed import (
     DecompressCache,
     FrameRanges,
     RangeFile,
+    decode_span,
     decompress_range,
     default_cache_dir,
+    fetch_tail,
 )
 from shardkit.format.manifest import compute_fingerprint
-from shardkit.format.zstd_frames import FramedReader, FrameEntry, FrameIndex, write_framed
+from shardkit.format.zstd_frames import FOOTER_SIZE, FramedReader, FrameEntry, FrameIndex, write_framed
 from shardkit.writer import Codec, CompressionConfig, write_dataset
 from shardkit.writer.compress import compress_file
 
@@ -268,6 +270,37 @@ def test_decompress_range_and_frame_ranges(pair, tmp_path):
     assert decompress_range(RangeFile(fetch, len(raw)), 1500, 2500) == flat[1500:2500]
     tail_lo = ranges.tail_span[0]
     assert all(a >= tail_lo or (lo <= a and b <= hi) for a, b in fetched)
+
+
+def test_fetch_tail_and_decode_span_need_one_fetch_per_range(pair):
+    """The remote-cache path: the tail once per file, then one fetch of a compressed span per range."""
+    plain_dir, zst_dir, plain, comp, _ = pair
+    e = comp.shards[1]
+    raw, flat = (zst_dir / e.zst_name).read_bytes(), (plain_dir / plain.shards[1].bin_name).read_bytes()
+    fetched = []
+
+    def fetch(offset, n):
+        fetched.append((offset, n))
+        return raw[offset:offset + n]
+
+    tail = fetch_tail(fetch, len(raw))
+    assert len(fetched) == 2 and tail[0] + len(tail[1]) == len(raw)
+    with FramedReader(zst_dir / e.zst_name) as r:
+        ranges = FrameRanges(r.index)
+    for lo, hi in [(0, 4096), (1500, 2500), (4096, len(flat)), (len(flat) - 1, len(flat))]:
+        a, b = ranges.compressed_span(lo, hi)
+        assert decode_span(tail, a, fetch(a, b - a), lo, hi, name=e.zst_name) == flat[lo:hi]
+    assert len(fetched) == 6
+    a, b = ranges.compressed_span(1500, 2500)
+    with pytest.raises(ConfigError, match="span given covers"):
+        decode_span(tail, a, raw[a:b - 1], 1500, 2500)
+    bad = bytearray(raw[a:b])
+    bad[len(bad) // 2] ^= 1
+    with pytest.raises(IntegrityError, match="frame"):
+        decode_span(tail, a, bytes(bad), 1500, 2500, name=e.zst_name)
+    broken_tail = (tail[0], tail[1][:-FOOTER_SIZE] + bytes(FOOTER_SIZE))
+    with pytest.raises(IntegrityError):
+        decode_span(broken_tail, a, raw[a:b], 1500, 2500)
 
 
 # -- hostile files ----------------------------------------------------------------------------------
