@@ -1,20 +1,58 @@
 """Crash-safe file replacement: write to a temp name, fsync, rename, fsync the directory.
 
 A reader never sees a half-written file under its final name; after a crash only `.tmp` leftovers
-remain, and those are never taken for data.
+remain, and those are never taken for data. A failed write (disk full, I/O error, read-only file system)
+raises `WriteError` naming the file and the cause, and leaves no temp file behind.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno as _errno
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["TMP_SUFFIX", "atomic_write_bytes", "atomic_file", "fsync_dir", "temp_path"]
+from ..errors import ShardkitError
+
+__all__ = ["TMP_SUFFIX", "WriteError", "atomic_write_bytes", "atomic_file", "fsync_dir", "temp_path",
+           "write_errors"]
 
 TMP_SUFFIX = ".tmp"
+_SPACE = (_errno.ENOSPC, _errno.EDQUOT)
+
+
+class WriteError(ShardkitError, OSError):
+    """Writing, syncing or renaming a file failed; names the file, the operation and the OS's reason.
+
+    Also an OSError (same errno), so code that handles OSError keeps working, and a ShardkitError, so
+    the CLI prints one line ("…: No space left on device (ENOSPC); free space …") instead of a traceback.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], op: str, cause: OSError, hint: str = "") -> None:
+        OSError.__init__(self, cause.errno, cause.strerror or str(cause))
+        self.path = str(path)
+        self.op = op
+        if cause.errno in _SPACE:
+            hint = f"free space on that file system, then {hint or 'retry'}"
+        self.hint = hint
+
+    def __str__(self) -> str:
+        code = _errno.errorcode.get(self.errno or 0)
+        return (f"{self.path}: cannot {self.op}: {self.strerror}{f' ({code})' if code else ''}"
+                f"{f'; {self.hint}' if self.hint else ''}")
+
+
+@contextlib.contextmanager
+def write_errors(path: str | os.PathLike[str], op: str = "write", hint: str = "") -> Iterator[None]:
+    """Turn an OSError raised inside the block into a `WriteError` naming `path` (WriteErrors pass through)."""
+    try:
+        yield
+    except WriteError:
+        raise
+    except OSError as e:
+        raise WriteError(e.filename or path, op, e, hint) from e
 
 
 def temp_path(final: Path) -> Path:
@@ -22,33 +60,38 @@ def temp_path(final: Path) -> Path:
 
 
 def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with write_errors(directory, "fsync the directory"):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 @contextlib.contextmanager
 def atomic_file(final: Path, *, sync_dir: bool = True) -> Iterator[BinaryIO]:
     """Yield a binary file that appears at `final` only if the block finishes without error."""
     tmp = temp_path(final)
-    f = open(tmp, "wb")  # noqa: SIM115 - closed on both paths below
+    with write_errors(tmp, "create"):
+        f = open(tmp, "wb")  # noqa: SIM115 - closed on both paths below
     try:
         yield f
-        f.flush()
-        os.fsync(f.fileno())
-        f.close()
-        os.replace(tmp, final)
+        with write_errors(tmp):
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+        with write_errors(tmp, f"rename to {final.name}"):
+            os.replace(tmp, final)
         if sync_dir:
             fsync_dir(final.parent)
     except BaseException:
-        f.close()
+        with contextlib.suppress(OSError):  # a full disk fails the final flush again: the error is raised below
+            f.close()
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         raise
 
 
 def atomic_write_bytes(final: Path, data: bytes, *, sync_dir: bool = True) -> None:
-    with atomic_file(final, sync_dir=sync_dir) as f:
+    with atomic_file(final, sync_dir=sync_dir) as f, write_errors(temp_path(final)):
         f.write(data)

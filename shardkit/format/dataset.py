@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ManifestError
+from ..errors import IntegrityError, ManifestError
 from .compressed import DecompressCache
 from .idx import IndexFile, check_index_arrays, read_index
 from .listing import scan_directory
@@ -79,7 +79,10 @@ class Shard:
     @cached_property
     def index(self) -> IndexFile:
         where = str(self.idx_path)
-        idx = read_index(self.idx_path, check=False)
+        try:
+            idx = read_index(self.idx_path, check=False)
+        except OSError as e:
+            raise ManifestError(where, _unreadable(self.name, e)) from e
         if idx.header.dtype != self.dtype:
             raise ManifestError(where, f"index dtype {idx.header.dtype.name} differs from the manifest's "
                                        f"{self.dtype.name}")
@@ -94,12 +97,30 @@ class Shard:
         """The shard's `.bin` mapped read-only once (None for an empty shard); used for madvise hints."""
         if self.entry.bin_bytes == 0:
             return None
-        with open(self.bin_path, "rb") as f:
+        try:
+            f = open(self.bin_path, "rb")  # noqa: SIM115 - closed by the with below
+        except OSError as e:
+            raise ManifestError(str(self.bin_path), _unreadable(self.name, e)) from e
+        with f:
             size = os.fstat(f.fileno()).st_size
             if size != self.entry.bin_bytes:
                 raise ManifestError(str(self.bin_path), f"size {size:,} bytes, manifest records "
                                                         f"{self.entry.bin_bytes:,} (changed since open)")
             return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+    def check_intact(self) -> None:
+        """Raise IntegrityError if the mapped `.bin` shrank since it was mapped.
+
+        Touching a mapped page past the end of a truncated file kills the process with SIGBUS, which no
+        Python code can catch; readers call this (one fstat) before copying from the mapping.
+        """
+        mm = self.__dict__.get("mmap")  # a shard not mapped yet is size-checked when it is mapped
+        if mm is not None and (size := mm.size()) < self.entry.bin_bytes:
+            raise IntegrityError(self.name, f"{self.bin_path.name} shrank to {size:,} bytes while it was being "
+                                            f"read (the manifest records {self.entry.bin_bytes:,}): the dataset "
+                                            "was modified under a running reader; restore it or re-pack",
+                                 byte_range=(size, self.entry.bin_bytes),
+                                 expected=str(self.entry.bin_bytes), actual=str(size))
 
     @cached_property
     def tokens(self) -> np.ndarray:
@@ -192,10 +213,17 @@ class Dataset:
             lo = start + pos - shard_start
             take = min(self.shards[s].num_tokens - lo, n - pos)
             if take > 0:
-                out[pos:pos + take] = self.shards[s].tokens[lo:lo + take]
+                tokens = self.shards[s].tokens
+                self.shards[s].check_intact()
+                out[pos:pos + take] = tokens[lo:lo + take]
                 pos += take
             s += 1
         return out
+
+
+def _unreadable(shard: str, e: OSError) -> str:
+    return (f"shard {shard} cannot be read ({e.strerror or e}); was it deleted or moved after the dataset "
+            "was opened? restore it or re-pack")
 
 
 def _cumulative(counts: list[int]) -> np.ndarray:

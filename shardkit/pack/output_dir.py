@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import PackError
+from ..format.atomic import fsync_dir
 from ..format.manifest import MANIFEST_NAME
 from ..writer import JOURNAL_NAME
 
@@ -41,7 +42,17 @@ def locked_output(directory: Path) -> Iterator[None]:
 
 
 def remove_shardkit_files(directory: Path, keep: set[str] = frozenset()) -> int:  # type: ignore[assignment]
+    """Remove shardkit's files (the lock and `keep` excepted), the manifest first.
+
+    Without its manifest the directory stops being a dataset at once, so no reader opens one whose
+    shards are being deleted.
+    """
     removed = 0
+    manifest = directory / MANIFEST_NAME
+    if MANIFEST_NAME not in keep and manifest.is_file():
+        manifest.unlink()
+        fsync_dir(directory)
+        removed += 1
     for p in directory.iterdir():
         if p.name != LOCK_NAME and p.name not in keep and p.is_file() and is_shardkit_file(p.name):
             p.unlink()

@@ -50,6 +50,14 @@ def blocks_of(shard: str, path: Path, sums: FileChecksums, block_size: int, actu
         yield BlockTask(shard, path.name, path, i, start, end, digest)
 
 
+class _Shrank(Exception):
+    """The file ended before the block did: it was truncated after its size was checked."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
+
+
 def _hash_range(path: Path, start: int, end: int) -> str:
     buf = getattr(_local, "buf", None)
     if buf is None:
@@ -61,7 +69,7 @@ def _hash_range(path: Path, start: int, end: int) -> str:
         while pos < end:
             got = os.preadv(fd, [buf[:min(READ_CHUNK, end - pos)]], pos)
             if got == 0:  # the file shrank while we read it
-                break
+                raise _Shrank(pos)
             h.update(buf[:got])
             pos += got
     finally:
@@ -73,6 +81,8 @@ def _check_one(task: BlockTask) -> tuple[BlockTask, str | None, int]:
     """(task, actual digest or an error text prefixed with '!', bytes read)."""
     try:
         return task, _hash_range(task.path, task.start, task.end), task.end - task.start
+    except _Shrank as e:
+        return task, f"!cannot be read: the file ends at byte {e.size:,}, it shrank while being read", 0
     except OSError as e:
         return task, f"!cannot be read ({e.strerror})", 0
 

@@ -45,8 +45,11 @@ def load_manifest(path: Path, listing: DirListing) -> ManifestResult:
     """The validated manifest, or why there is none (an unfinished pack is `incomplete`, not corrupt)."""
     journal = any(n.startswith(JOURNAL_NAME) for n in listing.files)
     if MANIFEST_NAME not in listing.files:
-        if journal and MANIFEST_NAME not in listing.outside | listing.others:
-            return ManifestResult(None, [], [_journal_note(path)], incomplete=True)
+        if MANIFEST_NAME not in listing.outside | listing.others:
+            if journal:
+                return ManifestResult(None, [], [_journal_note(path)], incomplete=True)
+            if _PACK_FILES[0] in listing.files and _only_bookkeeping(listing):
+                return ManifestResult(None, [], [_starting_note()], incomplete=True)
         why = listing.absent_reason(MANIFEST_NAME)
         return ManifestResult(None, [Problem(Check.DATASET, f"{why}: not a shardkit dataset (or its manifest "
                                                             "was lost; re-pack)", file=MANIFEST_NAME)], [])
@@ -80,6 +83,21 @@ def extra_files(listing: DirListing, named: set[str]) -> list[str]:
 
 def _bad(problem: str) -> ManifestResult:
     return ManifestResult(None, [Problem(Check.MANIFEST, problem, file=MANIFEST_NAME)], [])
+
+
+def _only_bookkeeping(listing: DirListing) -> bool:
+    """Nothing but the pack lock and temp files: a pack that stopped (or is) before writing its journal.
+
+    Final shard files without a journal or manifest are not this: that is a dataset that lost its manifest.
+    """
+    names = set(listing.files) | listing.outside | listing.others
+    return all(n in _PACK_FILES or n.endswith(".tmp") for n in names)
+
+
+def _starting_note() -> str:
+    return (f"unfinished pack: only the pack lock (and temp files) are here, no {JOURNAL_NAME} yet (a pack is "
+            "starting, or was stopped before it finished its first step; re-run the same `shardkit pack` "
+            "command)")
 
 
 def _journal_note(path: Path) -> str:

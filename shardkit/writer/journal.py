@@ -7,6 +7,7 @@ line (the process died mid-write) is ignored: that shard is simply redone.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass
@@ -14,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ResumeError
+from ..format.atomic import write_errors
 from ..format.manifest import ShardEntry
+from .shard_writer import RESUME_HINT as _HINT
 
 __all__ = ["JOURNAL_NAME", "JournalEntry", "Journal"]
 
@@ -71,25 +74,29 @@ class Journal:
     def start(self, entries_kept: list[JournalEntry]) -> None:
         """(Re)write the journal with the header and the entries that survived the resume check."""
         tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "wb") as f:
+        with write_errors(tmp, hint=_HINT), open(tmp, "wb") as f:
             f.write(_line({"kind": "job", "version": JOURNAL_VERSION, "job_id": self.job_id, "job": self.job}))
             for e in entries_kept:
                 f.write(_entry_line(e))
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        self._f = open(self.path, "ab")  # noqa: SIM115 - closed in close()
+        with write_errors(tmp, f"rename to {self.path.name}", hint=_HINT):
+            os.replace(tmp, self.path)
+            self._f = open(self.path, "ab")  # noqa: SIM115 - closed in close()
 
     def append(self, entry: JournalEntry) -> None:
         if self._f is None:
             raise RuntimeError("journal not started")
-        self._f.write(_entry_line(entry))
-        self._f.flush()
-        os.fsync(self._f.fileno())
+        # a torn line (the disk filled mid-write) has no newline and is ignored on resume: that shard is redone
+        with write_errors(self.path, hint=_HINT):
+            self._f.write(_entry_line(entry))
+            self._f.flush()
+            os.fsync(self._f.fileno())
 
     def close(self) -> None:
         if self._f is not None:
-            self._f.close()
+            with contextlib.suppress(OSError):  # only after a failed append: that error was already raised
+                self._f.close()
             self._f = None
 
     def remove(self) -> None:

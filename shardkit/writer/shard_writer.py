@@ -18,13 +18,16 @@ from pathlib import Path
 
 import numpy as np
 
-from ..format.atomic import fsync_dir, temp_path
+from ..format.atomic import fsync_dir, temp_path, write_errors
 from ..format.checksums import BlockHasher, ShardChecksums, digest_bytes
 from ..format.idx import MAX_SEQUENCE_TOKENS, encode_index
 from ..format.manifest import ShardEntry, check_shard_name
 from .compress import CompressionConfig, compress_file
 
-__all__ = ["ShardLimits", "ShardWriter", "shard_name"]
+__all__ = ["RESUME_HINT", "ShardLimits", "ShardWriter", "shard_name"]
+
+# what a pack that failed to write should do next (the journal still names every finished shard)
+RESUME_HINT = "re-run the same `shardkit pack` command: it resumes after the last finished shard"
 
 
 def shard_name(prefix: str, index: int) -> str:
@@ -103,7 +106,8 @@ class ShardWriter:
             self._open()
         data = np.ascontiguousarray(tokens, dtype=self.dtype.newbyteorder("<"))
         mv = memoryview(data).cast("B")
-        self._bin.write(mv)  # type: ignore[union-attr]
+        with write_errors(self._bin.name, hint=RESUME_HINT):  # type: ignore[union-attr]
+            self._bin.write(mv)  # type: ignore[union-attr]
         self._hasher.update(mv)  # type: ignore[union-attr]
         self._lengths.append(np.asarray(lengths, dtype=np.int64))
         if self.with_ids:
@@ -112,9 +116,16 @@ class ShardWriter:
         self._docs += int(lengths.size)
 
     def close_shard(self) -> ShardEntry | None:
-        """Finish the open shard (fsync + rename of every file); None if nothing was written to it."""
+        """Finish the open shard (fsync + rename of every file); None if nothing was written to it.
+
+        An OSError (disk full, I/O error) becomes a WriteError naming the file; the shard stays unfinished.
+        """
         if self._bin is None:
             return None
+        with write_errors(self._bin.name, hint=RESUME_HINT):
+            return self._close_shard()
+
+    def _close_shard(self) -> ShardEntry:
         name = shard_name(self.prefix, self.next_index)
         bin_final = self.directory / f"{name}.bin"
         self._bin.flush()
@@ -165,7 +176,8 @@ class ShardWriter:
     def abort(self) -> None:
         """Drop the open shard's temp file (used on errors; a crash leaves it for the next run to remove)."""
         if self._bin is not None:
-            self._bin.close()
+            with contextlib.suppress(OSError):  # a full disk fails the final flush again; the error is known
+                self._bin.close()
             self._bin = None
             for suffix in (".bin", ".bin.zst"):
                 with contextlib.suppress(FileNotFoundError):
@@ -184,7 +196,7 @@ def _sums_of(data: bytes, block_size: int):
 
 
 def _write_synced(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
+    with write_errors(path, hint=RESUME_HINT), open(path, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
