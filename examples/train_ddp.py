@@ -150,7 +150,9 @@ def train(args: argparse.Namespace) -> None:
     loader = Loader(args.data, seq_len=args.seq_len, batch_schedule=schedule(args), seed=args.seed,
                     micro_batch_size=args.micro_batch)  # rank and world size: from torch.distributed
     rank, world = loader.rank, loader.world_size
-    assert (rank, world) == (dist.get_rank(), dist.get_world_size())
+    if (rank, world) != (dist.get_rank(), dist.get_world_size()):
+        raise SystemExit(f"the loader reads rank {rank} of {world}, the process group says "
+                         f"{dist.get_rank()} of {dist.get_world_size()}")
     meta = {"seq_len": args.seq_len, "batch": args.batch, "ramp": args.ramp, "micro_batch": args.micro_batch,
             "seed": args.seed, "vocab": args.vocab, "lr": args.lr}
     model = build_model(args.vocab, args.seed)
@@ -210,10 +212,12 @@ def train(args: argparse.Namespace) -> None:
     digest = params_digest(model)
     log.write(json.dumps({"final": True, "step": step, "rank": rank, "world": world, "params": digest}) + "\n")
     log.close()
-    gathered = [None] * world
-    dist.all_gather_object(gathered, digest)
-    if len(set(gathered)) != 1:
-        raise SystemExit(f"rank {rank}: model parameters differ across ranks: {gathered}")
+    mine = torch.frombuffer(bytearray(bytes.fromhex(digest)), dtype=torch.uint8)
+    gathered = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(gathered, mine)
+    if any(not torch.equal(g, mine) for g in gathered):
+        raise SystemExit(f"rank {rank}: model parameters differ across ranks: "
+                         f"{[bytes(g.tolist()).hex() for g in gathered]}")
     if rank == 0:
         print(f"done: {step} steps on {world} ranks, parameters {digest}", flush=True)
 

@@ -40,7 +40,7 @@ from .errors import ConfigError
 
 __all__ = ["detect_rank_world", "resolve_rank_world", "detect_source"]
 
-_TORCH = "torch.distributed"
+_TORCH = "torch.distributed"  # looked up in sys.modules only: importing torch is the caller's choice
 
 
 def detect_rank_world(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
@@ -80,7 +80,7 @@ def detect_source(environ: Mapping[str, str] | None = None) -> tuple[int, int, s
     env = os.environ if environ is None else environ
     group = _process_group()
     if group is not None:
-        return group[0], group[1], _TORCH
+        return group[0], group[1], "torch.distributed"
     _check_local(env)
     rank, world = _int_var(env, "RANK"), _int_var(env, "WORLD_SIZE")
     if rank is not None or world is not None:

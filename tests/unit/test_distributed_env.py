@@ -8,8 +8,11 @@ import types
 import numpy as np
 import pytest
 
+from shardkit import distributed_env
 from shardkit.distributed_env import detect_rank_world, detect_source, resolve_rank_world
 from shardkit.errors import ConfigError
+
+_FAKE = "shardkit-tests.fake-torch-distributed"  # never touch the real module: re-importing torch aborts
 
 _VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
          "SLURM_STEP_NUM_TASKS", "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_LOCALID")
@@ -20,17 +23,17 @@ def clean_env(monkeypatch):
     """No launcher variables and no initialised process group unless a test sets them."""
     for v in _VARS:
         monkeypatch.delenv(v, raising=False)
-    monkeypatch.delitem(sys.modules, "torch.distributed", raising=False)
+    monkeypatch.setattr(distributed_env, "_TORCH", _FAKE)  # where the module looks for torch.distributed
     return monkeypatch
 
 
 def fake_group(monkeypatch, rank: int, world: int, *, initialized: bool = True) -> None:
-    stub = types.ModuleType("torch.distributed")
+    stub = types.ModuleType(_FAKE)
     stub.is_available = lambda: True
     stub.is_initialized = lambda: initialized
     stub.get_rank = lambda: rank
     stub.get_world_size = lambda: world
-    monkeypatch.setitem(sys.modules, "torch.distributed", stub)
+    monkeypatch.setitem(sys.modules, _FAKE, stub)
 
 
 # -- sources and precedence --------------------------------------------------------------------------------
@@ -165,7 +168,7 @@ def test_real_gloo_process_group(tmp_path, clean_env):
     torch = pytest.importorskip("torch")
     import torch.distributed as dist
 
-    clean_env.setitem(sys.modules, "torch.distributed", dist)
+    clean_env.setattr(distributed_env, "_TORCH", "torch.distributed")
     assert not dist.is_initialized()
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
