@@ -1,8 +1,10 @@
 """Data-parallel training (DistributedDataParallel, gloo, CPU) on shardkit shards, resumable on another world size.
 
-    torchrun --nproc-per-node 4 examples/train_ddp.py --data shards/ --ckpt-dir ckpt/ --steps 200
-    python -m examples.train_ddp --nproc 4 --data shards/ --ckpt-dir ckpt/ --steps 200   # starts 4 ranks
-    python -m examples.train_ddp --nproc 2 --data shards/ --ckpt-dir ckpt/ --steps 400   # resumes on 2
+    torchrun --nproc-per-node 4 examples/train_ddp.py --data shards/ --ckpt-dir ckpt/ --log-dir logs/ --steps 200
+    python -m examples.train_ddp --nproc 2 --data shards/ --ckpt-dir ckpt/ --log-dir logs/ --steps 400
+
+The second line (from the repository root; `python examples/train_ddp.py --nproc 2 …` works from anywhere)
+starts 2 local ranks itself, on loopback, and resumes the 4-rank run's checkpoint on them.
 
 Why a resume on another world size is exact:
 1. Each rank builds the same `Loader` after `init_process_group`, without passing rank or world size: the
