@@ -40,6 +40,7 @@ class BlockMap:
     bin_bytes: np.ndarray  # int64[shards]
     token_offsets: np.ndarray  # int64[shards + 1], the dataset's flat token offsets
     base: np.ndarray  # int64[shards + 1], first global block id of each shard
+    shard_tokens: np.ndarray  # int64[shards]
 
     @classmethod
     def build(cls, bin_bytes: Iterable[int], block_size: int, itemsize: int) -> BlockMap:
@@ -49,7 +50,7 @@ class BlockMap:
         np.cumsum(counts, out=base[1:])
         offsets = np.zeros(sizes.size + 1, dtype=np.int64)
         np.cumsum(sizes // itemsize, out=offsets[1:])
-        return cls(block_size, itemsize, sizes, offsets, base)
+        return cls(block_size, itemsize, sizes, offsets, base, np.diff(offsets))
 
     @property
     def num_blocks(self) -> int:
@@ -99,7 +100,17 @@ class BlockMap:
     def rows(self, shard: np.ndarray | int, local: np.ndarray, width: int, *, ordered: bool = False) -> np.ndarray:
         """Block ids read by windows of `width` tokens starting at token `local` of `shard` (a window may
         run into the next shards; those blocks are included)."""
-        start = np.asarray(local, dtype=np.int64) + self.token_offsets[np.asarray(shard, dtype=np.int64)]
+        local = np.asarray(local, dtype=np.int64)
+        if not ordered and width * self.itemsize <= self.block_size:
+            # the reader's path: windows inside their shard touch their first and last block
+            s = np.asarray(shard, dtype=np.int64)
+            end = local + (width - 1)
+            if bool((end < self.shard_tokens[s]).all()):
+                base = self.base[s]
+                ids = np.sort(np.concatenate([np.atleast_1d(base + local * self.itemsize // self.block_size),
+                                              np.atleast_1d(base + end * self.itemsize // self.block_size)]))
+                return ids[np.concatenate(([True], ids[1:] != ids[:-1]))]
+        start = local + self.token_offsets[np.asarray(shard, dtype=np.int64)]
         return self.token_ranges(start, start + width, ordered=ordered)
 
 

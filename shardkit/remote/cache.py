@@ -10,7 +10,7 @@ Layout of a cache directory (one per node, shared by ranks and DataLoader worker
         locks                       empty; OFD byte-range locks: byte 2i pins block i (shared = a reader,
                                     exclusive = an evictor), byte 2i + 1 is block i's download lock
 
-A block's life: ABSENT → RESERVED (space charged under `.lock`) → bytes verified, `pwrite`, `fsync` →
+A block's life: ABSENT → RESERVED (space charged under `.lock`) → bytes verified, `pwrite` →
 PRESENT. Only PRESENT blocks are ever served, so a process killed mid-download leaves a RESERVED entry
 whose download lock died with it; the next process to look (`recover`) punches it out. Eviction takes the
 block's pin byte exclusively (it fails while any process pins it — nobody waits for a reader), marks it
@@ -365,15 +365,21 @@ class DatasetCache:
             self.state[gid] = RESERVED
             return True
 
-    def write(self, gid: int, data: bytes) -> None:
-        """Put verified bytes in place and make them durable, then mark the block PRESENT."""
+    def write(self, gid: int, data: bytes, *, durable: bool = False) -> None:
+        """Put verified bytes in place, then mark the block PRESENT.
+
+        No fsync by default: a process killed after `pwrite` leaves its bytes in the page cache, and after a
+        power loss a PRESENT block whose bytes did not reach the disk fails the digest check that every
+        process makes when it first pins a block it did not download — so it is refetched, never served.
+        """
         s, lo, _ = self.blocks.byte_range(gid)
         fd = self.data_fd(s)
         view = memoryview(data)
         done = 0
         while done < len(view):
             done += os.pwrite(fd, view[done:], lo + done)
-        os.fdatasync(fd)
+        if durable:
+            os.fdatasync(fd)
         self.stamp[gid] = time.time_ns()
         self.state[gid] = PRESENT
 

@@ -101,6 +101,7 @@ class _Remote:
         self._sums: dict[int, ShardChecksums] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        self._pid = os.getpid()
 
     def url_of(self, name: str) -> str:
         return f"{self.url}/{name}"
@@ -111,6 +112,8 @@ class _Remote:
                         policy=self.config.retry)
 
     def _name_lock(self, name: str) -> threading.Lock:
+        if self._pid != os.getpid():  # a forked child: a parent thread may have held one of these
+            self._pid, self._locks, self._locks_guard = os.getpid(), {}, threading.Lock()
         with self._locks_guard:
             return self._locks.setdefault(name, threading.Lock())
 
@@ -293,6 +296,11 @@ def open_remote_dataset(url: str, config: RemoteConfig | None = None, **kwargs: 
     raw = retrying(lambda: fs.cat_file(f"{path.rstrip('/')}/{MANIFEST_NAME}"), what=f"read {where}",
                    policy=config.retry)
     manifest = Manifest.from_bytes(raw, where)
+    packed = [e.name for e in manifest.shards if getattr(e, "compression", None) is not None]
+    if packed:
+        raise ConfigError(f"{url}: shard {packed[0]} (and {len(packed) - 1} more) is zstd-compressed; remote "
+                          "streaming reads plain NAME.bin shards only for now: decompress the dataset "
+                          "(`shardkit decompress`) or download it and open the local copy")
     root = CacheRoot.get(config.cache_dir, config.cache_limit)  # type: ignore[arg-type]
     cache = DatasetCache.create(root, root.path / manifest.fingerprint[:32], manifest, raw)
     remote = cache.remote_source

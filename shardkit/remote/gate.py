@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from .blocks import BlockMap
@@ -36,17 +38,41 @@ class ReadGate:
         self.lookahead_bytes = lookahead_bytes
         self._held = PinSet(fetcher, None)  # the blocks of the last read, until the next one
         self._chunk = PinSet(fetcher, CHUNK)
+        # blocks the last read pinned and found ready: a read inside them needs no bookkeeping at all
+        self._ok = np.zeros(blocks.num_blocks, dtype=bool)
+        self._ok_ids = np.zeros(0, dtype=np.int64)
+        self._ok_pid = os.getpid()
+        bs, item = blocks.block_size, blocks.itemsize
+        self._tokens_per_block = bs // item if bs % item == 0 and width_fits(self.width, blocks) else 0
+
+    def _covered(self, shard: np.ndarray | int, local: np.ndarray) -> bool:
+        """Whether every window lies inside its shard and inside blocks the last read holds (~10 µs)."""
+        tpb = self._tokens_per_block
+        if not tpb or self._ok_pid != os.getpid():
+            return False
+        end = local + (self.width - 1)
+        if not bool((end < self.blocks.shard_tokens[shard]).all()):
+            return False
+        base = self.blocks.base[shard]
+        return bool(self._ok[base + local // tpb].all()) and bool(self._ok[base + end // tpb].all())
 
     def _ensure(self, gids: np.ndarray) -> None:
+        if self._ok_pid != os.getpid():  # forked: the parent's pins are not this process's
+            self._ok[:], self._ok_pid = False, os.getpid()
+        self._ok[self._ok_ids] = False
+        self._ok_ids = np.zeros(0, dtype=np.int64)
         self.fetcher.ensure(gids, self._held)
+        self._ok[gids], self._ok_ids = True, gids
 
     def rows(self, shard: int, phase: int, view_rows: np.ndarray) -> None:
         """Before gathering rows of shard `shard`'s row view (row r starts at token phase + r·seq_len)."""
-        self._ensure(self.blocks.rows(shard, phase + view_rows * self.seq_len, self.width))
+        local = phase + view_rows * self.seq_len
+        if not self._covered(shard, local):
+            self._ensure(self.blocks.rows(shard, local, self.width))
 
     def located(self, shard: np.ndarray, local: np.ndarray) -> None:
         """Before copying windows at (shard, local token) pairs; a window may run into the next shard."""
-        if shard.size:
+        if shard.size and not self._covered(shard, local):
             self._ensure(self.blocks.rows(shard, local, self.width))
 
     def upcoming(self, shard: np.ndarray, local: np.ndarray) -> None:
@@ -59,6 +85,11 @@ class ReadGate:
         """Drop every pin this reader holds (its blocks become evictable)."""
         self._held.clear()
         self._chunk.clear()
+
+
+def width_fits(width: int, blocks: BlockMap) -> bool:
+    """A window spans at most two cache blocks (its first and its last)."""
+    return width * blocks.itemsize <= blocks.block_size
 
 
 class GroupPrefetch:

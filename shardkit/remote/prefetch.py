@@ -126,9 +126,12 @@ class Fetcher:
         Raises the download's error (naming URL and block) if a block cannot be had.
         """
         self._check_fork()
+        self.cache.touch(gids)
+        cur = held.gids
+        if cur.size == gids.size and bool((cur == gids).all()) and bool(self.ready[gids].all()):
+            return  # the same blocks as the last read: pinned by it, so ready cannot have been cleared
         with self._owner:
             held.set(gids)
-            self.cache.touch(gids)
             if not self.ready[gids].all():
                 self._wait(gids)
 
@@ -179,8 +182,9 @@ class Fetcher:
             raise CacheError(
                 f"{root.path}: one read touches {gids.size} cache blocks ({need:,} bytes with metadata "
                 f"{meta:,}), more than cache_limit {root.limit:,}; raise cache_limit to at least "
-                f"{need + meta:,} bytes (with shuffle='full' the cache should hold the whole dataset), or use "
-                "shuffle='block'")
+                f"{need + meta:,} bytes: with shuffle='block' a read draws from a whole shuffle group, so the cache "
+                "should hold two groups (block_samples × group_blocks samples each); with shuffle='full', the "
+                "whole dataset")
 
     def _drop_window_pins(self, keep: np.ndarray) -> bool:
         """The cache cannot hold what a read needs: give up this process's prefetch pins (not `keep`)."""
@@ -329,9 +333,9 @@ class PinSet:
             if self._box[1] != f.generation:  # forked: the parent's pins are not ours
                 self._box[:] = [np.zeros(0, dtype=np.int64), f.generation]
                 f._pinsets.add(self)
-            cur = self._box[0]
-            f.pin(np.setdiff1d(gids, cur, assume_unique=False))
-            f.unpin(np.setdiff1d(cur, gids))
+            cur, new = set(self._box[0].tolist()), gids.tolist()
+            f.pin(np.fromiter((g for g in set(new) if g not in cur), dtype=np.int64))
+            f.unpin(np.fromiter(cur.difference(new), dtype=np.int64))
             self._box[0] = np.unique(gids)
             if self.prio is not None:
                 f.request(gids, self.prio)

@@ -1,0 +1,156 @@
+"""Remote streaming through the block cache vs local streaming, and the cache's peak size vs its limit.
+
+One run (seq_len 2048, global batch 32, block shuffle with 32 MiB shuffle blocks in groups of 2, 16 MiB
+cache blocks; the dataset is served by a moto S3 server on 127.0.0.1, i.e. a loopback "network" served by
+a Python process — expect its throughput, not AWS's):
+  * local: one epoch of the Loader over the local directory, warm page cache (best of 3)
+  * network floor: every cache block fetched with the same number of parallel range GETs the cache uses,
+    nothing else (what the network alone allows)
+  * remote, cold cache: one epoch of the Loader over s3://…, the cache empty at the start
+  * remote, warm cache: the same epoch again with every block already cached (verification on first pin
+    included)
+  * small cache: one epoch with cache_limit ≈ 40 % of the data, the cache's allocated size (st_blocks)
+    sampled every millisecond from another thread: peak vs limit (at least 1.25 groups)
+
+    python benchmarks/bench_remote.py [--tokens 128000000] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+from support.s3server import CREDENTIALS_ENV, MotoServer  # noqa: E402
+from synthetic import token_dataset  # noqa: E402
+
+from shardkit.format import open_dataset  # noqa: E402
+from shardkit.format.checksums import DEFAULT_BLOCK_SIZE  # noqa: E402
+from shardkit.loader import Loader  # noqa: E402
+from shardkit.remote.cache import allocated_bytes  # noqa: E402
+from shardkit.remote.dataset import RemoteConfig, open_remote_dataset  # noqa: E402
+from shardkit.remote.fs import filesystem  # noqa: E402
+
+DATA = HERE.parent / "bench-data"
+STREAM = {"seq_len": 2048, "batch_schedule": 32, "seed": 1, "shuffle": "block", "group_blocks": 2, "max_epochs": 1}
+WORKERS = 4
+
+
+def epoch(data) -> tuple[int, float]:
+    """(tokens, seconds) of one epoch."""
+    t = time.perf_counter()
+    tokens = 0
+    for b in Loader(data, **STREAM):
+        tokens += b["input_ids"].size
+    return tokens, time.perf_counter() - t
+
+
+def upload(server: MotoServer, local: Path) -> str:
+    bucket = server.create_bucket("bench")
+    client = server.client()
+    for f in sorted(local.iterdir()):
+        client.upload_file(str(f), bucket, f"ds/{f.name}")
+    return f"s3://{bucket}/ds"
+
+
+def floor(url: str, so: dict, local: Path) -> tuple[int, float]:
+    """(bytes, seconds) to range-GET every 16 MiB block of every .bin with WORKERS parallel requests."""
+    fs, path = filesystem(url, so)
+    ranges = []
+    for f in sorted(local.glob("*.bin")):
+        size = f.stat().st_size
+        ranges += [(f.name, lo, min(lo + DEFAULT_BLOCK_SIZE, size)) for lo in range(0, size, DEFAULT_BLOCK_SIZE)]
+    t = time.perf_counter()
+    with ThreadPoolExecutor(WORKERS) as pool:
+        got = sum(pool.map(lambda r: len(fs.cat_file(f"{path}/{r[0]}", start=r[1], end=r[2])), ranges))
+    return got, time.perf_counter() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokens", type=int, default=128_000_000)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    os.environ.update(CREDENTIALS_ENV)
+    local = token_dataset(DATA / f"remote-{args.tokens}", args.tokens, seed=77, shard_bytes=64 << 20)
+    data_bytes = sum(f.stat().st_size for f in local.glob("*.bin"))
+    out: dict[str, float] = {}
+    tmp = Path(tempfile.mkdtemp(prefix="bench-remote-", dir=DATA))
+    try:
+        with MotoServer.start(log_dir=str(tmp)) as server:
+            url = upload(server, local)
+            so = server.storage_options()
+            open_dataset(local)
+            epoch(local)  # warm the page cache
+            best = min((epoch(local) for _ in range(3)), key=lambda r: r[1])
+            out["local_tok_s"] = best[0] / best[1]
+            nbytes, secs = floor(url, so, local)
+            out["floor_MB_s"] = nbytes / secs / 1e6
+            out["floor_tok_s"] = nbytes / 2 / secs
+
+            cfg = RemoteConfig(cache_dir=tmp / "cache", cache_limit=2 * data_bytes, storage_options=so,
+                               fetch_workers=WORKERS)
+            with open_remote_dataset(url, cfg) as ds:
+                tokens, secs = epoch(ds)
+                out["remote_cold_tok_s"] = tokens / secs
+                out["remote_cold_wait_s"] = ds.stats()["wait_seconds"]
+            with open_remote_dataset(url, cfg) as ds:
+                tokens, secs = epoch(ds)
+                out["remote_warm_tok_s"] = tokens / secs
+
+            group = 2 * 32 << 20  # two 32 MiB shuffle blocks: a read may touch any byte of its group
+            limit = max(int(0.4 * data_bytes), group + group // 4)
+            small = RemoteConfig(cache_dir=tmp / "small", cache_limit=limit, storage_options=so,
+                                 fetch_workers=WORKERS)
+            peak, stop = [0], threading.Event()
+
+            def sample() -> None:
+                while not stop.is_set():
+                    peak[0] = max(peak[0], allocated_bytes(tmp / "small"))
+                    time.sleep(0.001)
+
+            with open_remote_dataset(url, small) as ds:
+                th = threading.Thread(target=sample, daemon=True)
+                th.start()
+                try:
+                    tokens, secs = epoch(ds)
+                finally:
+                    stop.set()
+                    th.join()
+                st = ds.stats()
+            out.update(small_limit=limit, small_peak=peak[0], small_tok_s=tokens / secs,
+                       small_downloaded=st["bytes_downloaded"])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if args.json:
+        print(json.dumps(out))
+        return
+    gb = data_bytes / 1e9
+    print(f"dataset {gb:.2f} GB ({args.tokens:,} tokens), 16 MiB cache blocks, {WORKERS} parallel range GETs")
+    print(f"  local (warm page cache)   {out['local_tok_s'] / 1e6:9.1f} M tok/s")
+    print(f"  network floor (moto)      {out['floor_tok_s'] / 1e6:9.1f} M tok/s  ({out['floor_MB_s']:.0f} MB/s)")
+    print(f"  remote, cold cache        {out['remote_cold_tok_s'] / 1e6:9.1f} M tok/s  = "
+          f"{out['remote_cold_tok_s'] / out['floor_tok_s']:.2f}x the network floor, "
+          f"{out['remote_cold_tok_s'] / out['local_tok_s']:.3f}x local; waited {out['remote_cold_wait_s']:.1f} s")
+    print(f"  remote, warm cache        {out['remote_warm_tok_s'] / 1e6:9.1f} M tok/s  = "
+          f"{out['remote_warm_tok_s'] / out['local_tok_s']:.2f}x local")
+    print(f"  cache limit {out['small_limit'] / 2**20:.0f} MiB ({out['small_limit'] / data_bytes:.0%} of the data): "
+          "peak allocated "
+          f"{out['small_peak'] / 2**20:.1f} MiB = {out['small_peak'] / out['small_limit']:.3f}x the limit; "
+          f"{out['small_tok_s'] / 1e6:.1f} M tok/s, downloaded {out['small_downloaded'] / data_bytes:.2f}x the data")
+
+
+if __name__ == "__main__":
+    main()
