@@ -7,6 +7,7 @@ One run prints:
   * peak RSS of the pack process tree at two corpus sizes               (target ≤ 1 GiB, within 10%)
 
     python benchmarks/bench_pack.py [--size 100MB] [--repeat 4] [--workers 0]
+    python benchmarks/bench_pack.py --executor ray [--num-tasks 2]   # Ray vs local executor tokens/s
 """
 
 from __future__ import annotations
@@ -85,6 +86,48 @@ def shard_bytes(path: Path) -> dict[str, bytes]:
         p.name: p.read_bytes() for p in sorted(path.glob("*.idx"))}
 
 
+def bench_executors(src: Path, cores: int, num_tasks: int, repeat: int) -> None:
+    """tokens/s of `--num-tasks N` on the Ray executor vs the local executor: same data, same run.
+
+    Both run in this process through `pack_job` (tasks + merge); runs alternate local, ray, local, ray, … and
+    the best of each is compared, so a neighbour's load hits both alike. Ray's one-off start-up (a local
+    instance here; a running cluster in production) is reported apart from the job time.
+    """
+    import logging
+
+    import ray
+
+    from shardkit.pack import PackConfig, TokenizeOptions
+    from shardkit.pack.executors import LocalExecutor, RayExecutor, pack_job
+
+    t0 = time.perf_counter()
+    ray.init(address="local", num_cpus=cores, include_dashboard=False, logging_level=logging.WARNING,
+             log_to_driver=False)
+    print(f"ray     local instance with {cores} CPUs started in {time.perf_counter() - t0:.1f}s (not in the job times)")
+    best: dict[str, tuple[float, int, str]] = {}
+    try:
+        for k in range(repeat):
+            for name, executor in (("local", LocalExecutor()), ("ray", RayExecutor())):
+                out = DATA / f"out-exec-{name}"
+                shutil.rmtree(out, ignore_errors=True)
+                cfg = PackConfig(inputs=(str(src),), output=str(out), tokenize=TokenizeOptions(tokenizer=str(GPT2)),
+                                 workers=cores)
+                r = pack_job(cfg, num_tasks=num_tasks, executor=executor)
+                tps = r.merge.manifest.num_tokens / r.elapsed
+                print(f"run {k}   {name:5s} {num_tasks} tasks: {tps / 1e6:6.2f} M tok/s ({r.elapsed:.1f}s, "
+                      f"{r.merge.manifest.num_tokens:,} tokens)")
+                if name not in best or tps > best[name][0]:
+                    best[name] = (tps, r.merge.manifest.num_tokens, r.merge.fingerprint)
+    finally:
+        ray.shutdown()
+    (lt, _, lfp), (rt, _, rfp) = best["local"], best["ray"]
+    print(f"local   executor ({num_tasks} tasks one after another, {cores} tokenizer processes each): "
+          f"{lt / 1e6:.2f} M tok/s (best of {repeat})")
+    print(f"ray     executor ({num_tasks} tasks side by side, 1 CPU each): {rt / 1e6:.2f} M tok/s (best of {repeat})")
+    print(f"ratio   ray / local = {rt / lt:.3f}; Ray overhead {(1 - rt / lt) * 100:+.1f}%   (target ≤ 10%); "
+          f"identical datasets: {lfp == rfp}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="100MB")
@@ -92,6 +135,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=0, help="0 = one per core")
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--skip-big", action="store_true")
+    ap.add_argument("--executor", choices=["local", "ray"], default=None,
+                    help="ray: compare `--num-tasks N` on the Ray and the local executor, then stop")
+    ap.add_argument("--num-tasks", type=int, default=0, help="tasks for --executor (0 = one per core)")
     args = ap.parse_args()
     if not GPT2.exists():
         raise SystemExit(f"needs the real GPT-2 tokenizer at {GPT2}")
@@ -100,6 +146,11 @@ def main() -> None:
     src = corpus(args.size)
     nbytes = sum(p.stat().st_size for p in src.glob("*.jsonl"))
     print(f"machine: {cores} cores; corpus {src} ({nbytes / 1e6:.1f} MB); tokenizer {GPT2.name} (GPT-2)")
+    if args.executor == "ray":
+        print(f"load:   {os.getloadavg()[0]:.2f} (1-min average) at start")
+        bench_executors(src, cores, args.num_tasks or cores, max(2, args.repeat // 2))
+        print(f"load:   {os.getloadavg()[0]:.2f} (1-min average) at end")
+        return
 
     texts = load_texts(src)
     floor, floor_tokens = floor_tokens_per_s(texts, cores)

@@ -14,7 +14,7 @@ from shardkit.writer import Codec, CompressionConfig, ShardLimits
 
 from .options import ByteSize, json_option
 from .progress import StatusLine, format_duration, pack_status
-from .scale_out import run_job, scale_out_options, wants_job, with_task
+from .scale_out import run_scaled, scale_out_options
 
 
 def _shard_size(ctx, param, value):
@@ -80,9 +80,8 @@ def pack_cmd(inputs, output, tokenizer, tokenizer_backend, workers, shard_size, 
         overwrite=overwrite,
         resume={None: ResumeMode.AUTO, True: ResumeMode.REQUIRE, False: ResumeMode.NEVER}[resume],
     )
-    config = with_task(config, scale_out)  # --task-id: this run packs one part
-    if wants_job(config, scale_out):  # --num-tasks without --task-id: all tasks, then the merge
-        return run_job(config, scale_out, quiet=quiet, as_json=as_json)
+    if run_scaled(config, scale_out, quiet=quiet, as_json=as_json):  # --num-tasks: a part, or tasks + merge
+        return
     status = StatusLine(enabled=not quiet and not as_json)
     try:
         result = pack(config, progress=lambda p: status.update(pack_status(p)))

@@ -4,18 +4,28 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import click
 
+from shardkit.format.manifest import Manifest
 from shardkit.pack import PackConfig
-from shardkit.pack.executors import JobProgress, JobResult, LocalExecutor, RayExecutor, pack_job
+from shardkit.pack.executors import (
+    JobProgress,
+    JobResult,
+    LocalExecutor,
+    RayExecutor,
+    TaskOutcome,
+    pack_job,
+    run_task,
+)
 from shardkit.pack.tasks import DEFAULT_SPLIT_GRANULARITY, TaskSpec
 from shardkit.units import human_bytes, human_count
 
 from .options import ByteSize
 from .progress import StatusLine, format_duration, pack_status
 
-__all__ = ["scale_out_options", "with_task", "wants_job", "run_job"]
+__all__ = ["scale_out_options", "run_scaled"]
 
 _OPTIONS = [
     click.option("--num-tasks", type=click.IntRange(min=1), default=None,
@@ -45,6 +55,18 @@ def scale_out_options(f):
     return f
 
 
+def run_scaled(config: PackConfig, opts: dict, *, quiet: bool, as_json: bool) -> bool:
+    """Run what --num-tasks asks for (one task's part, or all tasks and the merge); False: a plain pack."""
+    config = with_task(config, opts)
+    if config.task is not None:
+        run_part(config, quiet=quiet, as_json=as_json)
+        return True
+    if wants_job(config, opts):
+        run_job(config, opts, quiet=quiet, as_json=as_json)
+        return True
+    return False
+
+
 def with_task(config: PackConfig, opts: dict) -> PackConfig:
     """With --task-id, the config of that one task (this run writes a part)."""
     if opts["task_id"] is None:
@@ -66,6 +88,32 @@ def wants_job(config: PackConfig, opts: dict) -> bool:
     if opts["executor"] != "local" and opts["num_tasks"] is None:
         raise click.UsageError(f"--executor {opts['executor']} needs --num-tasks (how many tasks to run)")
     return opts["num_tasks"] is not None
+
+
+def run_part(config: PackConfig, *, quiet: bool, as_json: bool) -> None:
+    """One task of a job array: its part (a finished part of the same task is kept, so re-runs are no-ops)."""
+    status = StatusLine(enabled=not quiet and not as_json)
+    try:
+        t = run_task(config, progress=lambda p: status.update(pack_status(p)))
+    finally:
+        status.close()
+    click.echo(json.dumps(t.to_json(), indent=2) if as_json else part_text(config, t))
+
+
+def part_text(config: PackConfig, t: TaskOutcome) -> str:
+    spec = config.task
+    m = Manifest.load(Path(t.path))
+    head = (f"task {t.task_id} of {spec.num_tasks if spec else '?'}: "
+            + ("the finished part is kept (nothing to do)" if t.reused else
+               f"packed {len(m.pack['task']['slices'])} slice(s), {human_bytes(t.weight)}") + f" → {t.path}")
+    lines = [head, f"  {human_count(t.docs)} docs, {human_count(t.tokens)} tokens ({m.dtype}) in {t.shards} shard(s)"
+                   f" in {format_duration(t.seconds)}", f"  fingerprint {t.fingerprint[:16]}; merge all "
+                   f"{spec.num_tasks if spec else 'N'} parts with `shardkit merge PARTS... -o DATASET`"]
+    sk = m.stats.get("skipped", {})
+    if sk.get("count"):
+        lines.append(f"  skipped {sk['count']} record(s); first:")
+        lines += [f"    {e['location']}: {e['reason']}" for e in sk["examples"][:5]]
+    return "\n".join(lines)
 
 
 def _status(p: JobProgress) -> str:

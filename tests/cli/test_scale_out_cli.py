@@ -70,3 +70,14 @@ def test_merge_errors_are_one_line_exit_1(src, tmp_path):
     assert r.exit_code == 1 and "Traceback" not in r.output
     assert r.output.startswith("Error: missing part(s) for task(s) 1 of 2") and len(r.output.strip().splitlines()) == 1
     assert CliRunner().invoke(cli, ["merge", "-o", str(tmp_path / "m")]).exit_code == 2
+
+
+def test_rerunning_a_finished_task_keeps_its_part(src, tmp_path):
+    args = ["--num-tasks", "2", "--task-id", "1"]
+    assert _pack(src, tmp_path / "t1", *args).exit_code == 0
+    before = dataset_files(tmp_path / "t1")
+    r = _pack(src, tmp_path / "t1", *args)  # a re-submitted job array: this task is already done
+    assert r.exit_code == 0 and "finished part is kept" in r.output, r.output
+    assert dataset_files(tmp_path / "t1") == before
+    r = _pack(src, tmp_path / "t1", "--num-tasks", "3", "--task-id", "1")  # not this task's part: refused
+    assert r.exit_code == 1 and "not this task's part" in r.output and "--overwrite" in r.output

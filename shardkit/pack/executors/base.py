@@ -59,7 +59,7 @@ class ProgressBoard:
             self._done.add(outcome.task_id)
             self._latest[outcome.task_id] = PackProgress(
                 docs=outcome.docs, tokens=outcome.tokens, input_bytes_done=self.weights[outcome.task_id],
-                input_bytes_total=self.weights[outcome.task_id], shards=outcome.shards, skipped=0, elapsed=0.0,
+                input_bytes_total=self.weights[outcome.task_id], shards=outcome.shards, skipped=outcome.skipped, elapsed=0.0,
                 resumed_docs=outcome.docs if outcome.reused else 0,
                 resumed_tokens=outcome.tokens if outcome.reused else 0)
         self.emit(force=True)

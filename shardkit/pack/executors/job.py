@@ -50,6 +50,9 @@ def pack_job(config: PackConfig, *, num_tasks: int, executor: Executor | None = 
     """Pack `config` as `num_tasks` tasks on `executor` (default: local, one after another), then merge."""
     t0 = time.monotonic()
     executor = executor or LocalExecutor()
+    if "://" in str(config.output):
+        raise PackError(f"{config.output}: a split pack writes to a local directory (the merge hard-links the "
+                        "parts' shards); pack into a local directory, then upload it")
     out = Path(config.output)
     parts = Path(parts_dir) if parts_dir is not None else default_parts_dir(out)
     if (out / MANIFEST_NAME).exists() and not config.overwrite:

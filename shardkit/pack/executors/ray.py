@@ -70,8 +70,12 @@ def _ray_task(config: PackConfig, sink: Any) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class RayExecutor:
-    """`address`: None = RAY_ADDRESS, else the latest `ray start` cluster on this machine, else a new
-    local instance (Ray's own rule); "auto" = an existing cluster; "local" = always a new instance."""
+    """Runs each task as a Ray task; starts (and stops) a Ray session unless this process has one.
+
+    `address`: None = RAY_ADDRESS, else the latest `ray start` cluster on this machine, else a new local
+    instance (Ray's own rule); "auto" = an existing cluster; "local" = always a new instance. It is not
+    used when Ray is already initialised in this process: that session is the one the tasks run on.
+    """
 
     address: str | None = None
     max_retries: int = 3

@@ -36,6 +36,7 @@ class TaskOutcome:
     docs: int
     tokens: int
     shards: int
+    skipped: int  # records skipped (bad input) in this part
     weight: int  # input bytes of the task's slices
     seconds: float
     reused: bool  # the part was already finished: nothing was packed
@@ -80,8 +81,9 @@ def run_task(config: PackConfig, progress: Callable[[PackProgress], None] | None
             raise PackError(f"{out} holds a finished dataset that is not this task's part ({why}); pass "
                             "--overwrite to replace it or choose another parts directory")
         return TaskOutcome(spec.task_id, str(out), manifest.fingerprint, manifest.num_docs,
-                           manifest.num_tokens, len(manifest.shards), int(manifest.pack.get("input_bytes") or 0),
-                           time.monotonic() - t0, reused=True)
+                           manifest.num_tokens, len(manifest.shards), int(manifest.stats["skipped"]["count"]),
+                           int(manifest.pack.get("input_bytes") or 0), time.monotonic() - t0, reused=True)
     r = pack(config, progress=progress)
     return TaskOutcome(spec.task_id, str(out), r.fingerprint, r.manifest.num_docs, r.manifest.num_tokens,
-                       len(r.manifest.shards), r.input_bytes, time.monotonic() - t0, reused=False)
+                       len(r.manifest.shards), int(r.stats["skipped"]["count"]), r.input_bytes,
+                       time.monotonic() - t0, reused=False)
