@@ -232,7 +232,7 @@ class DatasetCache:
             existing = root.datasets.get(directory.name)
             if existing is not None:
                 return existing
-            directory.mkdir(exist_ok=True)
+            directory.mkdir(parents=True, exist_ok=True)
             meta = 0
             if not (directory / MANIFEST_NAME).exists():
                 atomic_write_bytes(directory / MANIFEST_NAME, manifest_bytes)

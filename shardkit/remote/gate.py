@@ -10,12 +10,10 @@
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from .blocks import BlockMap
-from .prefetch import CHUNK, GROUP, Fetcher, PinSet
+from .prefetch import CHUNK, GROUP, Fetcher, PinSet, fork_count
 
 __all__ = ["GroupPrefetch", "ReadGate"]
 
@@ -41,14 +39,15 @@ class ReadGate:
         # blocks the last read pinned and found ready: a read inside them needs no bookkeeping at all
         self._ok = np.zeros(blocks.num_blocks, dtype=bool)
         self._ok_ids = np.zeros(0, dtype=np.int64)
-        self._ok_pid = os.getpid()
+        self._ok_fork = fork_count()
+        self._ok_gen = fetcher.generation
         bs, item = blocks.block_size, blocks.itemsize
         self._tokens_per_block = bs // item if bs % item == 0 and width_fits(self.width, blocks) else 0
 
     def _covered(self, shard: np.ndarray | int, local: np.ndarray) -> bool:
         """Whether every window lies inside its shard and inside blocks the last read holds (~10 µs)."""
         tpb = self._tokens_per_block
-        if not tpb or self._ok_pid != os.getpid():
+        if not tpb or self._ok_fork != fork_count() or self._ok_gen != self.fetcher.generation:
             return False
         end = local + (self.width - 1)
         if not bool((end < self.blocks.shard_tokens[shard]).all()):
@@ -57,12 +56,12 @@ class ReadGate:
         return bool(self._ok[base + local // tpb].all()) and bool(self._ok[base + end // tpb].all())
 
     def _ensure(self, gids: np.ndarray) -> None:
-        if self._ok_pid != os.getpid():  # forked: the parent's pins are not this process's
-            self._ok[:], self._ok_pid = False, os.getpid()
+        if self._ok_fork != fork_count():  # forked: the parent's pins are not this process's
+            self._ok[:], self._ok_fork = False, fork_count()
         self._ok[self._ok_ids] = False
         self._ok_ids = np.zeros(0, dtype=np.int64)
         self.fetcher.ensure(gids, self._held)
-        self._ok[gids], self._ok_ids = True, gids
+        self._ok[gids], self._ok_ids, self._ok_gen = True, gids, self.fetcher.generation
 
     def rows(self, shard: int, phase: int, view_rows: np.ndarray) -> None:
         """Before gathering rows of shard `shard`'s row view (row r starts at token phase + r·seq_len)."""

@@ -30,6 +30,12 @@ from .cache import CacheError, DatasetCache, ofd_lock
 __all__ = ["URGENT", "CHUNK", "GROUP", "Fetcher", "PinSet"]
 
 URGENT, CHUNK, GROUP = 0, 1, 2
+_forks = [0]  # bumped in every forked child: a cheap "am I still the process that set this up?" check
+os.register_at_fork(after_in_child=lambda: _forks.__setitem__(0, _forks[0] + 1))
+
+
+def fork_count() -> int:
+    return _forks[0]
 _PARK_RETRY = 0.5  # seconds between retries of prefetches that found the cache full
 
 
@@ -53,6 +59,7 @@ class Fetcher:
     def _reset(self) -> None:
         """Fresh per-process state (at start and in a forked child: pins and threads are not inherited)."""
         self._pid = os.getpid()
+        self._fork = fork_count()
         self.generation = getattr(self, "generation", 0) + 1
         self.refs = np.zeros(self.n, dtype=np.int32)
         self.ready = np.zeros(self.n, dtype=bool)
@@ -72,7 +79,7 @@ class Fetcher:
         self.cache.check_fork()
 
     def _check_fork(self) -> None:
-        if self._pid != os.getpid():
+        if self._fork != _forks[0]:
             self._reset()
 
     # -- pins (owner side) ---------------------------------------------------------------------------------------
@@ -126,6 +133,8 @@ class Fetcher:
         Raises the download's error (naming URL and block) if a block cannot be had.
         """
         self._check_fork()
+        if self._closed:
+            raise CacheError(f"{self.cache.dir}: the remote dataset was closed; open it again to read")
         self.cache.touch(gids)
         cur = held.gids
         if cur.size == gids.size and bool((cur == gids).all()) and bool(self.ready[gids].all()):
@@ -211,6 +220,7 @@ class Fetcher:
         """Stop the download threads (a download in progress finishes first)."""
         with self._cond:
             self._closed = True
+            self.generation += 1  # readers' cached "ready" knowledge is void: their pins go with the descriptors
             self._cond.notify_all()
         if self._pid == os.getpid():
             for t in self._threads:
