@@ -169,3 +169,29 @@ def test_dataloader_workers_share_the_cache_and_deliver_the_loader_stream(local,
         assert _same(got, want)
         blocks = ds.cache.blocks.num_blocks
         assert int((ds.cache.state == PRESENT).sum()) == blocks  # the workers filled the shared cache
+
+
+def test_windows_longer_than_a_cache_block_and_empty_shards(tmp_path):
+    rng = np.random.default_rng(5)
+    docs = [rng.integers(0, 60000, size=int(rng.integers(500, 5000)), dtype=np.uint16) for _ in range(60)]
+    path = tmp_path / "ds"
+    write_dataset(path, docs, max_tokens_per_shard=40_000, checksum_block_size=4096)  # 2048 tokens per block
+    kw = dict(seq_len=3000, batch_schedule=4, seed=1, max_epochs=1)  # a window spans 2-3 cache blocks
+    for shuffle in ("block", "full"):
+        want = [b["input_ids"].copy() for b in Loader(path, shuffle=shuffle, **kw)]
+        with _open(path, tmp_path / f"c-{shuffle}") as ds:
+            assert _same([b["input_ids"].copy() for b in Loader(ds, shuffle=shuffle, **kw)], want)
+
+
+def test_memory_url_through_the_loader(local, tmp_path):
+    import fsspec
+
+    mem = fsspec.filesystem("memory")
+    for f in local.iterdir():
+        mem.pipe_file(f"/unit-remote-ds/{f.name}", f.read_bytes())
+    ld = Loader("memory://unit-remote-ds", seq_len=127, batch_schedule=8, seed=5, cache_dir=tmp_path / "c",
+                cache_limit="8MiB")
+    assert ld.dataset.url == "memory://unit-remote-ds"
+    assert _same(_batches(ld.dataset, "block"), _batches(local, "block"))
+    ld.dataset.close()
+    mem.rm("/unit-remote-ds", recursive=True)
