@@ -16,8 +16,9 @@ import numpy as np
 
 from .batching import BatchFields, WindowSource, assemble, check_state, make_state
 from .batching.readahead import Readahead, ReadMetrics
+from .batching.state import check_mid_step
 from .batching.units import UnitIndex
-from .distributed_env import detect_rank_world
+from .distributed_env import resolve_rank_world
 from .errors import ConfigError, ResumeError
 from .format import Dataset
 from .order import (
@@ -94,11 +95,7 @@ class Loader(UnitIndex):
             config = replace(config, **kwargs)
         self.dataset = data if isinstance(data, Dataset) else open_any(
             data, cache_dir=config.cache_dir, cache_limit=config.cache_limit, storage_options=config.storage_options)
-        rank, world = detect_rank_world()
-        rank = config.rank if config.rank is not None else rank
-        world = config.world_size if config.world_size is not None else world
-        if world < 1 or not 0 <= rank < world:
-            raise ConfigError(f"rank {rank} is not in [0, world_size={world})")
+        rank, world = resolve_rank_world(config.rank, config.world_size)
         self.config = config
         self.rank, self.world_size = rank, world
         self.schedule: BatchSchedule = config.batch_schedule  # type: ignore[assignment]
@@ -371,13 +368,14 @@ class Loader(UnitIndex):
         """A small JSON-able dict; save it with the model checkpoint."""
         return make_state(fingerprint=self.dataset.fingerprint, config=self.stream_config(), batch=self._batch,
                           samples=self.schedule.start(self._batch), micro=self._micro,
-                          world_size=self.world_size, rank=self.rank)
+                          world_size=self.world_size, rank=self.rank,
+                          micro_batch_size=self.config.micro_batch_size)
 
     def state_at(self, batch: int, micro: int = 0) -> dict[str, Any]:
         """The state of a loader about to deliver `batch` (for trainers that track the batch index)."""
         return make_state(fingerprint=self.dataset.fingerprint, config=self.stream_config(), batch=batch,
                           samples=self.schedule.start(batch), micro=micro, world_size=self.world_size,
-                          rank=self.rank)
+                          rank=self.rank, micro_batch_size=self.config.micro_batch_size)
 
     def load_state_dict(self, state: dict[str, Any], *, force: bool = False) -> None:
         """Continue exactly where `state` was taken, on any world size that divides the batches."""
@@ -387,5 +385,6 @@ class Loader(UnitIndex):
             raise ResumeError("samples", f"{samples} consumed samples do not match batch {batch} of the schedule")
         if micro and not self.config.micro_batch_size:
             raise ResumeError("micro", "the state is mid-step but this loader has no micro_batch_size")
+        check_mid_step(state, micro, world_size=self.world_size, micro_batch_size=self.config.micro_batch_size)
         self._check_batch(batch)
         self._batch, self._micro = batch, micro

@@ -27,7 +27,7 @@ def brief(value: Any) -> str:
 
 
 def make_state(*, fingerprint: str, config: dict[str, Any], batch: int, samples: int, micro: int = 0,
-               world_size: int, rank: int) -> dict[str, Any]:
+               world_size: int, rank: int, micro_batch_size: int | None = None) -> dict[str, Any]:
     return {
         "format": STATE_FORMAT,
         "version": STATE_VERSION,
@@ -36,9 +36,27 @@ def make_state(*, fingerprint: str, config: dict[str, Any], batch: int, samples:
         "batch": batch,
         "micro": micro,
         "samples": samples,
-        "world_size": world_size,  # informational: resuming on another world size is allowed
+        "world_size": world_size,  # resuming on another world size is allowed (at a step boundary)
         "rank": rank,
+        "micro_batch_size": micro_batch_size,
     }
+
+
+def check_mid_step(state: dict[str, Any], micro: int, *, world_size: int, micro_batch_size: int | None) -> None:
+    """Refuse a mid-step state (micro > 0) on another world size or micro-batch size.
+
+    Micro-batch k is the k-th slice of *this rank's* rows of the step; with W' ranks or another
+    micro_batch_size the rows already consumed are no longer a prefix of any rank's slice, so no position
+    continues the step exactly (resuming anyway delivers some samples twice and skips others).
+    """
+    if not micro:
+        return
+    saved_w, saved_m = state.get("world_size"), state.get("micro_batch_size", micro_batch_size)
+    if saved_w != world_size or saved_m != micro_batch_size:
+        raise ResumeError("micro", f"the state was taken inside a step (micro-batch {micro}) with world_size "
+                                   f"{brief(saved_w)} and micro_batch_size {brief(saved_m)}; a mid-step state "
+                                   f"resumes only on the same (now {world_size} and {micro_batch_size}) — "
+                                   "checkpoint at a step boundary to change them")
 
 
 def check_state(state: Any, *, fingerprint: str, config: dict[str, Any], force: bool) -> tuple[int, int, int]:

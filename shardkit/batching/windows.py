@@ -34,6 +34,8 @@ class WindowSource:
                               f"{self.window:,} tokens; use a smaller seq_len or more data")
         self._offsets = dataset.token_offsets
         self._sizes = np.diff(self._offsets)
+        # each shard's first window start, as a local token offset (windows start at global multiples of seq_len)
+        self._phases = (-self._offsets[:-1]) % seq_len
         self._tokens: list[np.ndarray | None] = [None] * dataset.num_shards
         self._views: list[tuple[np.ndarray, int] | None] = [None] * dataset.num_shards
         # remote datasets (shardkit.remote) only: reads wait for their cache blocks; None keeps local reads as they are
@@ -76,8 +78,7 @@ class WindowSource:
     def plan(self, shard: np.ndarray, local: np.ndarray, segments: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For rows grouped in segments (batches): (segment fits one shard's row view, view row of each row)."""
         inside = (local + self.window) <= self._sizes[shard]
-        phases = np.array([int(-o % self.seq_len) for o in self._offsets[:-1].tolist()], dtype=np.int64)
-        view_rows = (local - phases[shard]) // self.seq_len
+        view_rows = (local - self._phases[shard]) // self.seq_len
         if self._gate is not None:
             self._gate.upcoming(shard, local)
         same = np.minimum.reduceat(shard, segments) == np.maximum.reduceat(shard, segments)

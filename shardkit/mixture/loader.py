@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 
 from ..batching import BatchFields
+from ..batching.state import check_mid_step
 from ..batching.units import UnitIndex
-from ..distributed_env import detect_rank_world
+from ..distributed_env import resolve_rank_world
 from ..errors import ConfigError, ResumeError
 from ..order import item_sequence
 from .assign import Assigner
@@ -82,11 +83,7 @@ class MixtureLoader(UnitIndex):
             (Path(recipe).resolve().parent if is_file else Path.cwd())  # type: ignore[arg-type]
         self.recipe = load_recipe(recipe, strict=config.strict)
         self.recipe_path = str(recipe) if is_file else None
-        rank, world = detect_rank_world()
-        rank = config.rank if config.rank is not None else rank
-        world = config.world_size if config.world_size is not None else world
-        if world < 1 or not 0 <= rank < world:
-            raise ConfigError(f"rank {rank} is not in [0, world_size={world})")
+        rank, world = resolve_rank_world(config.rank, config.world_size)
         self.rank, self.world_size = rank, world
         self.recipe.validate_world_size(world, micro_batch_size=config.micro_batch_size)
         self.plan = self.recipe.plan
@@ -348,8 +345,9 @@ class MixtureLoader(UnitIndex):
             "sources": sources,
             "anchor": c.anchor,
             "offsets": dict(c.offsets_json(self.sources)),
-            "world_size": self.world_size,  # informational: any world size that divides the batches resumes
+            "world_size": self.world_size,  # any world size that divides the batches resumes (at a step boundary)
             "rank": self.rank,
+            "micro_batch_size": self.config.micro_batch_size,
         }
 
     def load_state_dict(self, state: dict[str, Any], *, allow_recipe_change: bool | None = None,
@@ -379,6 +377,7 @@ class MixtureLoader(UnitIndex):
                                                    "to continue on the new data from the same positions")
             cursor, retired = self._resume_same(saved)
         self._check_micro(saved.batch, saved.micro)
+        check_mid_step(state, saved.micro, world_size=self.world_size, micro_batch_size=self.config.micro_batch_size)
         self._retired = retired  # every check passed: commit
         self._set_cursor(cursor, warn=cursor.anchor == saved.batch and saved.recipe != self.fingerprint)
         self._batch, self._micro = saved.batch, saved.micro

@@ -115,6 +115,28 @@ def test_elastic_resume_4_then_2_then_3_ranks(dataset):
         np.testing.assert_array_equal(rows, ref)
 
 
+def test_a_mid_step_state_resumes_only_on_the_same_world_size_and_micro_batch_size(dataset):
+    """Micro-batch k is the k-th slice of one rank's rows: on other ranks it names no position at all."""
+    path, _ = dataset
+    kw = dict(seq_len=SEQ, seed=5, batch_schedule=8, max_epochs=1)
+    ld = Loader(path, **kw, micro_batch_size=2, rank=1, world_size=2)
+    it = iter(ld)
+    next(it)
+    state = json.loads(json.dumps(ld.state_dict()))
+    assert state["micro"] == 1
+    for other in (dict(micro_batch_size=2, rank=0, world_size=1), dict(micro_batch_size=1, rank=1, world_size=2)):
+        with pytest.raises(ResumeError, match="inside a step") as e:
+            Loader(path, **kw, **other).load_state_dict(state)
+        assert e.value.field == "micro"
+    same = Loader(path, **kw, micro_batch_size=2, rank=1, world_size=2)
+    same.load_state_dict(state)
+    np.testing.assert_array_equal(next(iter(same))["input_ids"], next(it)["input_ids"])
+    # at a step boundary (both micro-batches of step 0 delivered) every world size and micro-batch size is fine
+    boundary = ld.state_dict()
+    assert boundary["micro"] == 0
+    Loader(path, **kw, micro_batch_size=1, rank=0, world_size=4).load_state_dict(boundary)
+
+
 def test_position_ids_cu_seqlens_and_loss_mask_follow_documents(dataset):
     path, docs = dataset
     starts = set(np.cumsum([0] + [d.size for d in docs])[:-1].tolist())

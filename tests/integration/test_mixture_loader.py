@@ -419,3 +419,14 @@ def test_loader_from_recipe_is_the_mixture_loader(data, tmp_path):
     got = _rows(via_loader, 12)
     ref = _rows(_loader(root), 12)
     assert all(a[0] == b[0] and np.array_equal(a[1], b[1]) and np.array_equal(a[3], b[3]) for a, b in zip(got, ref))
+
+
+def test_a_mid_step_state_needs_the_same_world_size(data):
+    root, _ = data
+    ld = _loader(root, micro_batch_size=1, world_size=2, rank=0)
+    next(iter(ld))
+    state = ld.state_dict()
+    assert state["micro"] == 1 and state["micro_batch_size"] == 1
+    with pytest.raises(ResumeError, match="inside a step"):
+        _loader(root, micro_batch_size=1, world_size=1).load_state_dict(state)
+    _loader(root, micro_batch_size=1, world_size=2, rank=0).load_state_dict(state)

@@ -6,10 +6,12 @@ import os
 
 import numpy as np
 import pytest
+from support.mixtures import make_sources
 
 from shardkit.batching import BatchFields
 from shardkit.errors import ConfigError
 from shardkit.loader import Loader
+from shardkit.mixture import MixtureLoader
 from shardkit.order import Ramp
 from shardkit.writer import write_dataset
 
@@ -49,7 +51,9 @@ def _same(a, b):
 
 
 def _shm_names():
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    """multiprocessing.shared_memory segments (psm_*): torch's and other processes' semaphores are not ours."""
+    names = os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else []
+    return {n for n in names if n.startswith("psm_")}
 
 
 CASES = [
@@ -145,9 +149,6 @@ for i, item in enumerate(dl):
 
 
 # -- a MixtureLoader: items change shape at phase boundaries (seq_len, batch size) ------------------------------
-
-from shardkit.mixture import MixtureLoader  # noqa: E402
-from support.mixtures import make_sources  # noqa: E402
 
 MIX_SEQ = 8
 
