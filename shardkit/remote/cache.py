@@ -383,11 +383,29 @@ class DatasetCache:
         self.stamp[gid] = time.time_ns()
         self.state[gid] = PRESENT
 
+    def punch(self, gid: int) -> None:
+        """Free a block's bytes: the file-system pages wholly inside it, and pages it shares with a neighbour
+        only when that neighbour is ABSENT (call under the root lock).
+
+        A page at the shard's end is freed whole (a punch ending at an unaligned end of file would leave
+        it allocated, and uncharged)."""
+        s, lo, hi = self.blocks.byte_range(gid)
+        first, last = int(self.blocks.base[s]), int(self.blocks.base[s + 1]) - 1
+        a, b = lo, hi
+        if lo % FS_BLOCK:
+            shared = gid > first and self.state[gid - 1] != ABSENT
+            a = lo - lo % FS_BLOCK + (FS_BLOCK if shared else 0)
+        if hi % FS_BLOCK:
+            shared = gid < last and self.state[gid + 1] != ABSENT
+            b = hi - hi % FS_BLOCK + (0 if shared else FS_BLOCK)
+        if b > a:
+            _punch(self.data_fd(s), a, b - a, self.where(gid))
+
     def drop(self, gid: int) -> None:
         """RESERVED → ABSENT after a failed download (the caller holds the download lock)."""
-        s, lo, hi = self.blocks.byte_range(gid)
-        _punch(self.data_fd(s), lo, hi - lo, self.where(gid))
-        self.state[gid] = ABSENT
+        with self.root.locked():  # the punch may take pages shared with an ABSENT neighbour: keep it ABSENT
+            self.punch(gid)
+            self.state[gid] = ABSENT
 
     def try_evict(self, gid: int) -> bool:
         """Evict a block nobody pins or downloads (call under the root lock); False when it is in use."""
@@ -403,8 +421,7 @@ class DatasetCache:
                 if self.state[gid] == ABSENT:
                     return False
                 self.state[gid] = RESERVED
-                s, lo, hi = self.blocks.byte_range(gid)
-                _punch(self.data_fd(s), lo, hi - lo, self.where(gid))
+                self.punch(gid)
                 self.state[gid] = ABSENT
                 return True
             finally:
@@ -421,8 +438,7 @@ class DatasetCache:
         try:
             if self.state[gid] == PRESENT:
                 return False
-            s, lo, hi = self.blocks.byte_range(gid)
-            _punch(self.data_fd(s), lo, hi - lo, self.where(gid))
+            self.punch(gid)
             self.state[gid] = ABSENT
             return True
         finally:

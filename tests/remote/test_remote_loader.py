@@ -130,6 +130,7 @@ def test_cache_never_exceeds_its_limit_measured_in_st_blocks(s3, local, tmp_path
     def sample():
         while not stop.is_set():
             peak[0] = max(peak[0], allocated_bytes(cache))
+            time.sleep(0.0005)  # ~1,000 samples a second, leaving the CPU to the loader
 
     sampler = threading.Thread(target=sample, daemon=True)
     with _open(s3, url, cache, limit) as ds:
@@ -212,6 +213,7 @@ def test_two_processes_on_a_cache_smaller_than_the_data_stay_correct_and_bounded
     def sample():
         while not stop.is_set():
             peak[0] = max(peak[0], allocated_bytes(cache))
+            time.sleep(0.0005)  # ~1,000 samples a second, leaving the CPU to the loader
 
     procs = [_child(s3, url, cache, limit, go) for _ in range(2)]
     for p in procs:

@@ -61,7 +61,7 @@ def test_charges_bound_the_allocation():
     assert charge_of(16 << 20) == (16 << 20) + FS_BLOCK
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.data())
 def test_accounting_never_exceeds_the_limit_and_never_evicts_a_pinned_block(data):
     """A random run of reserve / commit / abort / pin / unpin against the cache rules."""
