@@ -114,10 +114,11 @@ class Loader(UnitIndex):
         self._group: tuple[int, int] | None = None
         self.metrics = ReadMetrics()
         self.readahead = Readahead(self.dataset, config.seq_len, self.order.block, self.metrics,
+                                   tokens_of=self.source.shard_tokens,
                                    enabled=config.readahead,
                                    evict=config.release == "evict")
         if self.shuffle.mode is ShuffleMode.FULL:
-            self.readahead.random_access()
+            self.source.on_map = self.readahead.advise_random
         self._check_batch(0)
 
     @classmethod

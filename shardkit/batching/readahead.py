@@ -15,6 +15,7 @@ import mmap
 import os
 import threading
 from collections import deque
+from collections.abc import Callable
 
 import numpy as np
 
@@ -102,8 +103,11 @@ class Readahead:
     """Issues WILLNEED/DONTNEED for whole shuffle blocks on a background thread (never blocks the loader)."""
 
     def __init__(self, dataset: Dataset, seq_len: int, block_samples: int, metrics: ReadMetrics,
-                 enabled: bool = True, *, evict: bool = True) -> None:
+                 enabled: bool = True, *, evict: bool = True,
+                 tokens_of: Callable[[int], np.ndarray] | None = None) -> None:
         self.dataset = dataset
+        # how to reach shard s's mapped tokens: the reader's own accessor, so hints map nothing it does not track
+        self._tokens_of = tokens_of or (lambda s: dataset.shards[s].tokens)
         self.block_tokens = block_samples * seq_len
         self.seq_len = seq_len
         self.metrics = metrics
@@ -135,7 +139,7 @@ class Readahead:
     def _advise(self, blocks: np.ndarray, advice: int) -> int:
         done = 0
         for s, start, length in self._ranges(blocks):
-            tokens = self.dataset.shards[s].tokens
+            tokens = self._tokens_of(s)
             n = min(length, tokens.nbytes - start)
             if n <= 0:
                 continue
@@ -149,13 +153,17 @@ class Readahead:
         return done
 
     def random_access(self) -> None:
-        """Full shuffle: no kernel read-around on faults (MADV_RANDOM); neighbouring pages are not next."""
+        """Full shuffle: no kernel read-around on faults (MADV_RANDOM); neighbouring pages are not next.
+        Maps every shard: for readers that keep them all mapped (the mixture's address space); the Loader
+        advises each mapping as it makes it instead (`advise_random` as `WindowSource.on_map`)."""
         if not self.enabled:
             return
         for shard in self.dataset.shards:
-            tokens = shard.tokens
-            if tokens.nbytes:
-                _advise_range(tokens, 0, tokens.nbytes, mmap.MADV_RANDOM)
+            self.advise_random(shard.tokens)
+
+    def advise_random(self, tokens: np.ndarray) -> None:
+        if self.enabled and tokens.nbytes:
+            _advise_range(tokens, 0, tokens.nbytes, mmap.MADV_RANDOM)
 
     def _evict(self, blocks: np.ndarray) -> None:
         """Drop finished blocks from the page cache (POSIX_FADV_DONTNEED), so the cache holds the working

@@ -7,12 +7,21 @@ where documents start) and, rarely, shard boundaries (assembled from both shards
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+
 import numpy as np
 
 from ..errors import ConfigError
 from ..format.dataset import Dataset
 
-__all__ = ["WindowSource", "num_windows"]
+__all__ = ["MAPPED_SHARDS", "WindowSource", "num_windows"]
+
+# shards kept mapped at once (least recently used released first): a block-shuffled group touches a few
+# shards, an epoch touches all of them — without a bound a 40,000-shard corpus runs out of file descriptors
+# (ulimit -n 1024) or of vm.max_map_count
+MAPPED_SHARDS = 128
 
 
 def num_windows(num_tokens: int, seq_len: int) -> int:
@@ -38,13 +47,35 @@ class WindowSource:
         self._phases = (-self._offsets[:-1]) % seq_len
         self._tokens: list[np.ndarray | None] = [None] * dataset.num_shards
         self._views: list[tuple[np.ndarray, int] | None] = [None] * dataset.num_shards
+        self._mapped: OrderedDict[int, None] = OrderedDict()  # shards in use, least recently used first
+        self.on_map: Callable[[np.ndarray], None] | None = None  # e.g. madvise a fresh mapping (full shuffle)
+        self._map_lock = threading.Lock()  # the readahead thread maps through shard_tokens too
         # remote datasets (shardkit.remote) only: reads wait for their cache blocks; None keeps local reads as they are
         self._gate = dataset.read_gate(seq_len) if hasattr(dataset, "read_gate") else None
 
-    def _shard_tokens(self, s: int) -> np.ndarray:
+    def _touch(self, s: int) -> None:
+        """Mark shard s used; release the least recently used beyond MAPPED_SHARDS."""
+        mapped = self._mapped
+        if s in mapped:
+            mapped.move_to_end(s)
+            return
+        mapped[s] = None
+        while len(mapped) > MAPPED_SHARDS:
+            old, _ = mapped.popitem(last=False)
+            self._tokens[old] = self._views[old] = None
+            self.dataset.shards[old].release()
+
+    def shard_tokens(self, s: int) -> np.ndarray:
+        """Shard s's tokens over its mapping, counted against MAPPED_SHARDS (thread-safe)."""
         t = self._tokens[s]
         if t is None:
-            t = self._tokens[s] = self.dataset.shards[s].tokens
+            with self._map_lock:
+                t = self._tokens[s]
+                if t is None:
+                    self._touch(s)
+                    t = self._tokens[s] = self.dataset.shards[s].tokens
+                    if self.on_map is not None and t.nbytes:
+                        self.on_map(t)
         return t
 
     def locate(self, sample_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -66,7 +97,7 @@ class WindowSource:
         """
         v = self._views[s]
         if v is None:
-            toks = self._shard_tokens(s)
+            toks = self.shard_tokens(s)
             phase = int(-self._offsets[s] % self.seq_len)
             n = max(0, (toks.size - phase - 1) // self.seq_len)
             item = toks.itemsize
@@ -102,10 +133,18 @@ class WindowSource:
             return
         for j, (s, lo, ok) in enumerate(zip(shard.tolist(), local.tolist(), inside.tolist())):
             if ok:
-                out[j] = self._shard_tokens(s)[lo:lo + self.window]
+                out[j] = self.shard_tokens(s)[lo:lo + self.window]
             else:
-                g = int(self._offsets[s]) + lo
-                self.dataset.read_tokens(g, g + self.window, out=out[j])
+                self._read_across(s, lo, out[j])
+
+    def _read_across(self, s: int, lo: int, out: np.ndarray) -> None:
+        """A window that runs past the end of shard s, assembled from the shards after it."""
+        at = 0
+        while at < out.size:
+            t = self.shard_tokens(s)
+            n = min(out.size - at, t.size - lo)
+            out[at:at + n] = t[lo:lo + n]
+            at, s, lo = at + n, s + 1, 0
 
     def doc_starts(self, sample_id: int) -> np.ndarray:
         """Positions 1..seq_len inside the window where a new document begins (sorted, int64)."""
@@ -114,6 +153,8 @@ class WindowSource:
         s = int(np.searchsorted(self._offsets, g0, side="right")) - 1
         found = []
         while s < self.dataset.num_shards and int(self._offsets[s]) <= g1:
+            with self._map_lock:
+                self._touch(s)  # the document index counts against the mapped-shard bound too
             base = int(self._offsets[s])
             docs = self.dataset.shards[s].doc_offsets[:-1] + base
             lo, hi = np.searchsorted(docs, [g0 + 1, g1 + 1])

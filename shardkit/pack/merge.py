@@ -250,7 +250,9 @@ def merge_parts(parts: Sequence[str | os.PathLike[str]], output: str | os.PathLi
             return MergeResult(out, fingerprint, existing, len(loaded), 0, True, time.monotonic() - t0)
         prepare_output(out, overwrite=overwrite)
         files = [(p.path, name) for p in ordered for s in p.manifest.shards
-                 for name in _shard_files(p.path, s.name, s.sum_name, s.sum_digest)]
+                 for name in _shard_files(p.path, s.name, s.sum_name, s.sum_digest)
+                 # a compressed shard's sidecar also covers its uncompressed NAME.bin, which is not on disk
+                 if not (s.compression is not None and name == s.bin_name)]
         remove_shardkit_files(out, keep={name for _, name in files})  # temp files and strays of an earlier try
         linked = sum(_link(src / name, out / name) for src, name in files)
         fsync_dir(out)

@@ -124,7 +124,7 @@ def test_bad_input_is_a_clear_error_before_any_data_is_read(data, tmp_path):
         _loader(root, uneven)
     with pytest.raises(ConfigError, match="sum to 1"):
         _loader(root, uneven, strict=True)
-    with pytest.raises(ConfigError, match="rank 2"):
+    with pytest.raises(ConfigError, match="rank=2 is not in"):
         _loader(root, world_size=2, rank=2)
 
 

@@ -162,3 +162,22 @@ def test_sigkilled_task_resumes_to_the_same_part(tmp_path):
     done = subprocess.run(cmd(out), capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert_same_dataset(tmp_path / "ref", out)
+
+
+def test_compressed_parts_merge_into_the_single_packs_tokens(corpus, tmp_path):
+    """A compressed shard's sidecar names its uncompressed NAME.bin too, which is never on disk."""
+    from shardkit.writer import Codec, CompressionConfig
+
+    src, single = corpus
+    zstd = CompressionConfig(codec=Codec.ZSTD, frame_size=4096)
+    parts = []
+    for i in range(3):
+        out = tmp_path / f"part-{i}"
+        pack(PackConfig(inputs=(str(src),), output=str(out), limits=LIMITS, workers=1, compression=zstd,
+                        task=TaskSpec(num_tasks=3, task_id=i, granularity=1 << 30)))
+        parts.append(out)
+    merge_parts(parts, tmp_path / "merged")
+    merged = open_dataset(tmp_path / "merged", cache_dir=tmp_path / "cache")
+    assert all(s.compressed for s in merged.shards)
+    assert np.array_equal(np.concatenate([s.tokens for s in merged]), _stream(single)[0])
+    assert verify_dataset(tmp_path / "merged").ok
