@@ -130,11 +130,22 @@ class Shard:
             return np.zeros(0, dtype=self.dtype)
         return np.frombuffer(mm, dtype=self.dtype, count=self.entry.num_tokens)
 
+    def release(self) -> None:
+        """Forget this shard's mappings and index arrays; the next use maps the files again.
+
+        A reader that walks many shards keeps only a bounded set mapped (`WindowSource`): each mapping
+        holds a file descriptor and a `vm.max_map_count` slot, and `doc_offsets` 8 bytes per document. The
+        mapping itself goes away once no array made from it is left.
+        """
+        for name in ("tokens", "mmap", "index", "doc_offsets"):
+            self.__dict__.pop(name, None)
+
     @cached_property
     def doc_offsets(self) -> np.ndarray:
         """Token offset of each document start within the shard, plus the end (int64[num_docs + 1])."""
-        out = np.zeros(self.entry.num_docs + 1, dtype=np.int64)
-        np.cumsum(self.index.lengths, dtype=np.int64, out=out[1:])
+        lengths = self.index.lengths  # first: the checked index bounds the count, the manifest's could be 10**12
+        out = np.zeros(lengths.size + 1, dtype=np.int64)
+        np.cumsum(lengths, dtype=np.int64, out=out[1:])
         return out
 
     def doc(self, i: int) -> np.ndarray:
