@@ -9,6 +9,7 @@ byte-for-byte what shardkit writes: an added or dropped newline is a change the 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,7 +44,8 @@ def canonical_manifest_bytes(raw: bytes) -> bytes:
 
 def load_manifest(path: Path, listing: DirListing) -> ManifestResult:
     """The validated manifest, or why there is none (an unfinished pack is `incomplete`, not corrupt)."""
-    journal = any(n.startswith(JOURNAL_NAME) for n in listing.files)
+    journal = any(n.startswith(JOURNAL_NAME) for n in listing.files) or (
+        MANIFEST_NAME not in listing.files and _journal_exists(path))
     if MANIFEST_NAME not in listing.files:
         if MANIFEST_NAME not in listing.outside | listing.others:
             if journal:
@@ -83,6 +85,12 @@ def extra_files(listing: DirListing, named: set[str]) -> list[str]:
 
 def _bad(problem: str) -> ManifestResult:
     return ManifestResult(None, [Problem(Check.MANIFEST, problem, file=MANIFEST_NAME)], [])
+
+
+def _journal_exists(path: Path) -> bool:
+    """Look the journal up by name: a directory listing taken while pack renames files may miss an entry
+    (readdir during a rename is unspecified), a lookup by name never does."""
+    return any(os.path.isfile(path / n) for n in (JOURNAL_NAME, JOURNAL_NAME + ".tmp"))
 
 
 def _only_bookkeeping(listing: DirListing) -> bool:
