@@ -9,10 +9,11 @@ import click
 from shardkit.errors import ConfigError
 from shardkit.pack import OnError, PackConfig, PackResult, ResumeMode, TokenizeOptions, pack
 from shardkit.readers import ReaderConfig
+from shardkit.remote.upload import UploadReport, UploadVerify
 from shardkit.units import human_bytes, human_count, parse_shard_size
 from shardkit.writer import Codec, CompressionConfig, ShardLimits
 
-from .options import ByteSize, json_option
+from .options import ByteSize, json_option, storage_option_flag
 from .progress import StatusLine, format_duration, pack_status
 from .scale_out import run_scaled, scale_out_options
 
@@ -26,7 +27,8 @@ def _shard_size(ctx, param, value):
 
 @click.command("pack")
 @click.argument("inputs", nargs=-1, required=True)
-@click.option("-o", "--output", required=True, type=click.Path(file_okay=False), help="Dataset directory to write.")
+@click.option("-o", "--output", required=True, type=click.Path(file_okay=False),
+              help="Dataset directory to write, or a URL (s3://bucket/ds, any fsspec URL): staged locally, then uploaded.")
 @click.option("-t", "--tokenizer", default="bytes", show_default=True,
               help="Tokenizer spec: 'bytes', a tokenizer.json path, 'tiktoken:FILE', or a SentencePiece .model.")
 @click.option("--tokenizer-backend", type=click.Choice(["auto", "hf", "tiktoken"]), default="auto",
@@ -53,12 +55,17 @@ def _shard_size(ctx, param, value):
 @click.option("--resume/--no-resume", default=None,
               help="Default: finish an unfinished pack of the same job if one is there. --resume insists on one.")
 @click.option("--overwrite", is_flag=True, help="Replace a finished dataset or unfinished pack in OUTPUT.")
+@storage_option_flag
+@click.option("--staging-dir", type=click.Path(file_okay=False), default=None,
+              help="Remote OUTPUT: where to pack before uploading (default $SHARDKIT_STAGING_DIR, else the temp dir).")
+@click.option("--upload-verify", type=click.Choice([v.value for v in UploadVerify]), default="full", show_default=True,
+              help="Remote OUTPUT: full reads every uploaded file back and compares digests; size compares sizes.")
 @scale_out_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress line.")
 @json_option
 def pack_cmd(inputs, output, tokenizer, tokenizer_backend, workers, shard_size, checksum_block_size, compression,
              compression_level, frame_size, text_field, id_field, encoding_errors, eos, bos, on_error, resume,
-             overwrite, quiet, as_json, **scale_out):
+             overwrite, quiet, as_json, storage_options, staging_dir, upload_verify, **scale_out):
     """Tokenize INPUTS (files, directories, globs or URLs of JSONL/Parquet/text) into a dataset at OUTPUT."""
     if compression == Codec.NONE.value and (compression_level is not None or frame_size is not None):
         raise click.UsageError("--compression-level and --frame-size need --compression zstd")
@@ -79,12 +86,17 @@ def pack_cmd(inputs, output, tokenizer, tokenizer_backend, workers, shard_size, 
         workers=workers,
         overwrite=overwrite,
         resume={None: ResumeMode.AUTO, True: ResumeMode.REQUIRE, False: ResumeMode.NEVER}[resume],
+        storage_options=storage_options,
+        staging_dir=staging_dir,
+        upload_verify=UploadVerify(upload_verify),
     )
     if run_scaled(config, scale_out, quiet=quiet, as_json=as_json):  # --num-tasks: a part, or tasks + merge
         return
     status = StatusLine(enabled=not quiet and not as_json)
     try:
-        result = pack(config, progress=lambda p: status.update(pack_status(p)))
+        result = pack(config, progress=lambda p: status.update(pack_status(p)),
+                      upload_progress=lambda done, total: status.update(
+                          f"uploading {human_bytes(done)} / {human_bytes(total)}"))
     finally:
         status.close()
     if as_json:
@@ -96,19 +108,25 @@ def pack_cmd(inputs, output, tokenizer, tokenizer_backend, workers, shard_size, 
 def result_json(r: PackResult) -> dict:
     m = r.manifest
     return {
-        "path": str(r.path), "fingerprint": r.fingerprint, "shards": len(m.shards), "docs": m.num_docs,
+        "path": r.remote_url or str(r.path), "fingerprint": r.fingerprint, "shards": len(m.shards), "docs": m.num_docs,
         "tokens": m.num_tokens, "dtype": m.dtype, "seconds": round(r.elapsed, 3), "workers": r.workers,
         "tokenizer_backend": r.tokenizer_backend, "tokenizer_note": r.tokenizer_note,
         "resumed_shards": r.resumed_shards, "input_files": r.input_files, "input_bytes": r.input_bytes,
+        **({"upload": upload_json(r.upload)} if r.upload is not None else {}),
         "skipped": r.stats["skipped"], "stored_bytes": sum(s.data_bytes for s in m.shards),
     }
+
+
+def upload_json(u: UploadReport) -> dict:
+    return {"uploaded": len(u.uploaded), "kept": len(u.kept), "removed": len(u.removed),
+            "bytes_uploaded": u.bytes_uploaded, "seconds": round(u.seconds, 3)}
 
 
 def summary_text(r: PackResult) -> str:
     m = r.manifest
     el = max(r.elapsed, 1e-9)
     lines = [
-        f"packed {r.input_files} file(s), {human_bytes(r.input_bytes)} → {r.path}",
+        f"packed {r.input_files} file(s), {human_bytes(r.input_bytes)} → {r.remote_url or r.path}",
         f"  {human_count(m.num_docs)} docs, {human_count(m.num_tokens)} tokens ({m.dtype}) in {len(m.shards)} "
         f"shard(s), {human_bytes(sum(s.bin_bytes for s in m.shards))}",
         f"  {format_duration(r.elapsed)}: {human_count(m.num_tokens / el)} tok/s, "
@@ -120,6 +138,10 @@ def summary_text(r: PackResult) -> str:
         lines.insert(2, f"  compressed (zstd) to {human_bytes(stored)}, ratio {raw / max(stored, 1):.2f}×")
     if r.tokenizer_note:
         lines.append(f"  note: {r.tokenizer_note}")
+    if r.upload is not None:
+        u = r.upload
+        lines.append(f"  uploaded {len(u.uploaded)} file(s), {human_bytes(u.bytes_uploaded)} in {format_duration(u.seconds)}"
+                     + (f"; {len(u.kept)} already there and verified" if u.kept else ""))
     if r.resumed_shards:
         lines.append(f"  resumed: {r.resumed_shards} shard(s) kept from the interrupted run")
     sk = r.stats["skipped"]

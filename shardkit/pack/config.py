@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from ..errors import ConfigError
 from ..readers import ReaderConfig
+from ..remote.retry import RetryPolicy
+from ..remote.upload import UploadVerify
 from ..writer import CompressionConfig, ShardLimits
 from .tasks import TaskSpec
 
@@ -54,6 +57,12 @@ class PackConfig:
     workers: int = 0  # 0: one per core
     overwrite: bool = False
     resume: ResumeMode = ResumeMode.AUTO
+    # remote inputs and outputs (any fsspec URL; docs/remote.md). None of these shape the output bytes.
+    storage_options: Mapping[str, Any] | None = None  # fsspec options for remote inputs and the output
+    staging_dir: str | None = None  # remote output: local staging root ($SHARDKIT_STAGING_DIR, else temp)
+    upload_verify: UploadVerify = UploadVerify.FULL
+    upload_parallel: int = 4
+    retry: RetryPolicy = field(default_factory=RetryPolicy)  # transient storage errors
     task: TaskSpec | None = None  # pack one task of a split job into a part (see tasks.py)
 
     def __post_init__(self) -> None:
@@ -63,6 +72,10 @@ class PackConfig:
             raise ConfigError(f"workers must be ≥ 0 (0 = one per core), got {self.workers}")
         if self.limits.checksum_block_size < 4096:
             raise ConfigError("checksum block size must be at least 4 KiB")
+        if self.storage_options is not None and not isinstance(self.storage_options, Mapping):
+            raise ConfigError(f"storage_options must be a dict of fsspec options, got {type(self.storage_options).__name__}")
+        if self.upload_parallel < 1:
+            raise ConfigError(f"upload_parallel must be >= 1, got {self.upload_parallel}")
 
     @property
     def effective_workers(self) -> int:

@@ -25,6 +25,9 @@ from ..format.checksums import digest_bytes
 from ..format.dtypes import token_dtype_for_vocab
 from ..format.idx import MAX_SEQUENCE_TOKENS
 from ..format.manifest import Manifest, ShardEntry
+from ..remote.fs import is_remote, storage_options_scope
+from ..remote.retry import is_transient, retrying, retrying_iter
+from ..remote.upload import UploadReport
 from ..sources import InputFile, list_inputs
 from ..tokenizers import Tokenizer, load_tokenizer
 from ..tokenizers.spec import needs_self_check, self_check
@@ -35,6 +38,7 @@ from .config import OnError, PackConfig, ResumeMode
 from .memory import pin_malloc_thresholds
 from .output_dir import locked_output, prepare_output, remove_shardkit_files
 from .pool import ordered_map
+from .remote_output import pack_to_remote
 from .slices import plan_task, read_slice_records
 from .stats import PackStats
 from .worker import WorkerSetup, encode_chunk, init_worker
@@ -71,6 +75,8 @@ class PackResult:
     input_files: int = 0
     input_bytes: int = 0
     skip_examples: list[dict[str, str]] = field(default_factory=list)
+    remote_url: str | None = None  # packed to remote storage: the dataset's URL (`path` was the staging copy)
+    upload: UploadReport | None = None
 
 
 def _job(config: PackConfig, files: list[InputFile], tokenizer: dict[str, Any],
@@ -201,12 +207,29 @@ class _Run:
         self._report(self.total_bytes, force=True)
 
 
-def pack(config: PackConfig, *, progress: Callable[[PackProgress], None] | None = None) -> PackResult:
-    """Pack `config.inputs` into a dataset at `config.output`; resumes an unfinished run of the same job."""
+def pack(config: PackConfig, *, progress: Callable[[PackProgress], None] | None = None,
+         upload_progress: Callable[[int, int], None] | None = None) -> PackResult:
+    """Pack `config.inputs` into a dataset at `config.output`; resumes an unfinished run of the same job.
+
+    The output is a local directory or any fsspec URL; a remote output is packed into a local staging
+    directory and then uploaded (`upload_progress(done, total)` gets bytes; see remote_output.py).
+    `config.storage_options` reach every filesystem opened for remote inputs and the output.
+    """
+    with storage_options_scope(config.inputs, config.storage_options):
+        if is_remote(config.output):
+            return pack_to_remote(config, _pack_local, PackResult, progress=progress,
+                                  upload_progress=upload_progress)
+        return _pack_local(config, progress=progress)
+
+
+def _pack_local(config: PackConfig, *, progress: Callable[[PackProgress], None] | None = None) -> PackResult:
+    """Pack into the local directory `config.output` (the whole pipeline; `pack` only routes)."""
     t0 = time.monotonic()
     pin_malloc_thresholds()
     out = Path(config.output)
-    files = list_inputs(config.inputs)
+    remote_inputs = any(is_remote(p) for p in config.inputs)
+    files = (retrying(lambda: list_inputs(config.inputs), what=f"list {' '.join(config.inputs)}",
+                      policy=config.retry) if remote_inputs else list_inputs(config.inputs))
     task_meta = None
     if config.task is not None:  # every task lists all inputs and computes the same split
         files, task_meta = plan_task(config.task, files)
@@ -262,6 +285,8 @@ def pack(config: PackConfig, *, progress: Callable[[PackProgress], None] | None 
         start_file, start_record = (kept[-1].next_file, kept[-1].next_record) if kept else (0, 0)
 
         def fail_file(e: ReaderError) -> None:
+            if remote_inputs and is_transient(e):
+                raise e  # a network fault, not a bad file: never skipped; chunks() reads again from before it
             if config.on_error is OnError.FAIL:
                 raise PackError(f"{e} (stopped by --on-error fail)")
 
@@ -277,7 +302,15 @@ def pack(config: PackConfig, *, progress: Callable[[PackProgress], None] | None 
                                if isinstance(tok, TiktokenTokenizer) else None)
 
         def chunks() -> Iterable[Chunk]:
-            return iter_chunks(files, config.reader, start_file=start_file, start_record=start_record,
+            if not remote_inputs:
+                return read_from(None)
+            # a transient error that outlasted the storage client's own retries: continue just after the
+            # last chunk handed on (the output never depends on where chunks start)
+            return retrying_iter(read_from, _after, what="read the inputs", policy=config.retry)
+
+        def read_from(at: tuple[int, int] | None) -> Iterable[Chunk]:
+            f, r = at if at is not None else (start_file, start_record)
+            return iter_chunks(files, config.reader, start_file=f, start_record=r,
                                on_file_error=fail_file, read=read_slice_records)
 
         def check() -> Tokenizer:
@@ -392,3 +425,10 @@ def _encoded(chunks: Iterable[Chunk], workers: int, setup: WorkerSetup,
 
 def _texts(chunk: Chunk) -> list[str]:
     return chunk.texts
+
+
+def _after(chunk: Chunk) -> tuple[int, int]:
+    """The input position (file, record) just after a chunk's last document, where a re-read continues."""
+    if not chunk.doc_file:  # only the final chunk can hold no document; nothing is read after it
+        return 1 << 62, 0
+    return chunk.doc_file[-1], chunk.doc_record[-1] + 1

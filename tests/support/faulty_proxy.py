@@ -267,7 +267,7 @@ class _Handler(socketserver.BaseRequestHandler):
         request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
         method, path = request_line.split(" ", 2)[:2]
         headers = _headers(head)
-        rule = proxy._decide(method, path)
+        rule, cancelled = proxy._decide(method, path)
         expects = headers.get("expect", "").lower() == "100-continue"
         if rule is not None and rule.action is Action.ERROR and expects:
             # refuse before the body is sent, as a real server does; the client may not send it now
@@ -288,7 +288,8 @@ class _Handler(socketserver.BaseRequestHandler):
                 proxy._record(method, path, rule, None, started)
                 _close(conn, reset=rule.reset)
                 return False
-            if rule.action is Action.DELAY and proxy.stopping.wait(rule.delay):
+            if rule.action is Action.DELAY and cancelled.wait(rule.delay):
+                _close(conn, reset=False)  # clear()/stop() while waiting: drop it, never forward it late
                 return False
         resp_head, resp_body, status, closing = upstream.exchange(head + body, method)
         if rule is not None and rule.action is Action.DROP_RESPONSE:
@@ -321,6 +322,7 @@ class FaultyProxy:
         self.stopping = threading.Event()
         self._lock = threading.Lock()
         self._rules: list[Rule] = []
+        self._cancel = threading.Event()  # set by clear()/stop(): pending delays end by dropping the request
         self._seen: list[Seen] = []
         self._server = _Server(("127.0.0.1", 0), _Handler, bind_and_activate=True)
         self._server.proxy = self
@@ -343,6 +345,7 @@ class FaultyProxy:
 
     def stop(self) -> None:
         self.stopping.set()
+        self._cancel.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
@@ -365,10 +368,16 @@ class FaultyProxy:
             self._rules = [r for r in self._rules if r is not rule]
 
     def clear(self) -> None:
-        """Remove every rule and forget what was seen (between the phases of one test)."""
+        """Remove every rule and forget what was seen (between the phases of one test).
+
+        Requests still being delayed are dropped rather than forwarded late, so a request of a killed
+        client cannot reach the server after the test moved on.
+        """
         with self._lock:
             self._rules.clear()
             self._seen.clear()
+            self._cancel.set()
+            self._cancel = threading.Event()
 
     def seen(self) -> list[Seen]:
         with self._lock:
@@ -403,12 +412,12 @@ class FaultyProxy:
         return predicate(self)
 
     # --- used by the handler threads ---
-    def _decide(self, method: str, path: str) -> Rule | None:
+    def _decide(self, method: str, path: str) -> tuple[Rule | None, threading.Event]:
         with self._lock:
             for rule in self._rules:
                 if rule.matches(method, path) and rule.fires():
-                    return rule
-        return None
+                    return rule, self._cancel
+            return None, self._cancel
 
     def _record(self, method: str, path: str, rule: Rule | None, status: int | None,
                 started: float | None = None) -> None:
