@@ -161,6 +161,7 @@ def test_loader_streams_identical_batches(corpus, tmp_path, shuffle):
     assert state_a["fingerprint"] != state_b["fingerprint"]  # resuming across them needs force=True
 
 
+@pytest.mark.skipif(not GPT2_JSON.is_file(), reason="../shared (GPT-2 tokenizer, corpora) not present")
 def test_real_corpus_with_gpt2(tmp_path):
     """tinyshakespeare through the GPT-2 tokenizer: the known 338,025 tokens (+ EOS), compressed and back."""
     src = CORPUS / "tinyshakespeare" / "input.txt"
