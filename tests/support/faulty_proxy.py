@@ -301,9 +301,11 @@ class _Handler(socketserver.BaseRequestHandler):
             proxy._record(method, path, rule, None, started)
             _close(conn, reset=rule.reset)
             return False
-        conn.sendall(resp_head + resp_body)
+        # recorded before the client can see the response: a test that counts right after its call returns
+        # must find the request
         proxy._record(method, path, rule if rule is not None and rule.action is Action.DELAY else None, status,
                       started)
+        conn.sendall(resp_head + resp_body)
         return not closing
 
 
