@@ -480,3 +480,39 @@ def test_training_killed_at_20_random_steps_resumes_identically(tmp_path):
             os.kill(pid, signal.SIGKILL)
             zygote.wait()
         zygote.close()
+
+
+# -- a scale-out job (--num-tasks): the tasks' parts, then the merge ----------------------------------------
+def test_a_killed_scale_out_job_resumes_byte_identically(reference, tmp_path):
+    """SIGKILL a `--num-tasks 2` job in a task's part, at the merge's first hard link and at the merged
+    manifest: the same command finishes it, byte-identical to an uninterrupted job.
+
+    The local executor (the merge and the task code are the executors' common code; a Ray job adds ~12 s
+    of cluster start per run, so its driver is not in this matrix: see docs/reliability.md).
+    """
+    src, _, _ = reference
+    job = ("--num-tasks", "2")
+    ref, out = real(tmp_path) / "ref", real(tmp_path) / "out"
+    assert run(pack_cmd(src, ref, extra=job)).returncode == 0
+    parts = Path(f"{out}.parts")
+    points = [("a part's shard fsync", "fsync", parts / "task-00001" / ".task-00001-shard-00005.bin.tmp"),
+              ("the merge's first hard link", "link", out / ".task-00000-shard-00000.bin.tmp"),
+              ("the merged manifest's rename", "rename", out / ".manifest.json.tmp")]
+    corrupt = []
+    for what, syscall, path in points:
+        r = run(strace_cmd(pack_cmd(src, out, extra=job), syscall="link,linkat" if syscall == "link" else syscall,
+                           path=path, nth=1, log=tmp_path / "job.strace"))
+        assert r.returncode == -signal.SIGKILL, f"{what}: the job ended ({r.returncode}) first: {r.stderr[-500:]}"
+        part = parts / "task-00001"
+        if what.startswith("a part"):
+            assert_journaled_shards_whole(part)
+            assert_incomplete(part, what)
+        elif verdict(out).verdict is not Verdict.INCOMPLETE:
+            corrupt.append(f"{what}: {verdict(out).verdict.value}")
+    done = run(pack_cmd(src, out, extra=job))
+    assert done.returncode == 0, done.stderr
+    assert_same_dataset(ref, out)
+    if corrupt:
+        pytest.xfail("bug: a merge killed part-way leaves the output with hard-linked shards, the lock and no "
+                     "journal or manifest, which verify reports as corrupt, not incomplete (re-running the job "
+                     f"does finish it): {corrupt}; merge_parts should leave a marker verify knows")
