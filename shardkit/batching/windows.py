@@ -119,7 +119,11 @@ class WindowSource:
         """Whole windows of one shard as a new (n, seq_len + 1) array: one C-level gather, one copy."""
         if self._gate is not None:
             self._gate.rows(shard, self._rows_view(shard)[1], view_rows)
-        return self._rows_view(shard)[0][view_rows]
+        view = self._rows_view(shard)[0]
+        # one fstat per slab: a shard truncated under the reader raises IntegrityError instead of the
+        # SIGBUS that touching the mapping past the new end would deliver
+        self.dataset.shards[shard].check_intact()
+        return view[view_rows]
 
     def fill_located(self, shard: np.ndarray, local: np.ndarray, out: np.ndarray) -> None:
         """`fill` for windows already located (the loader locates a whole chunk in one call)."""
@@ -127,6 +131,8 @@ class WindowSource:
             self._gate.located(shard, local)
         inside = (local + self.window) <= self._sizes[shard]
         first = int(shard[0]) if shard.size else 0
+        for u in np.unique(shard).tolist():
+            self.dataset.shards[u].check_intact()  # see gather_rows
         if shard.size and bool(inside.all()) and bool((shard == first).all()):
             view, phase = self._rows_view(first)
             out[...] = view[(local - phase) // self.seq_len]
@@ -142,6 +148,7 @@ class WindowSource:
         at = 0
         while at < out.size:
             t = self.shard_tokens(s)
+            self.dataset.shards[s].check_intact()
             n = min(out.size - at, t.size - lo)
             out[at:at + n] = t[lo:lo + n]
             at, s, lo = at + n, s + 1, 0

@@ -279,10 +279,6 @@ LOADER_TRUNCATION = textwrap.dedent("""
 """)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: the loader reads shards through mmap; a shard truncated under a "
-                                       "running Loader kills the process with SIGBUS (shardkit/loader.py, "
-                                       "batching/windows.py; fix proposed: Shard.check_intact() per slab, or "
-                                       "preadv instead of the mapping)")
 def test_loader_over_a_shard_truncated_under_it_raises_instead_of_sigbus(dataset, tmp_path):
     path, _ = dataset
     script = tmp_path / "truncate_under_loader.py"
