@@ -14,7 +14,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
+
+from ..errors import PackError
 
 __all__ = ["ordered_map"]
 
@@ -51,15 +55,77 @@ def ordered_map(
             pending.append((item, pool.submit(fn, payload(item))))
             if len(pending) >= limit:
                 done, fut = pending.popleft()
-                yield done, fut.result()
+                yield done, _result(fut, pool)
         while pending:
             done, fut = pending.popleft()
-            yield done, fut.result()
+            yield done, _result(fut, pool)
         finished = True
+    except _WorkerDied:
+        _kill(pool)
+        raise
+    except BrokenProcessPool as e:  # raised by submit() once the pool noticed
+        _kill(pool)
+        raise _WorkerDied(_died_message(pool)) from e
     finally:
         # after the last result the workers only have to exit: do not make the caller wait for that
         # (~0.3 s); on an error or an abandoned iteration, cancel what is queued and wait for them
-        pool.shutdown(wait=not finished, cancel_futures=True)
+        pool.shutdown(wait=not finished and not _broken(pool), cancel_futures=True)
+
+
+class _WorkerDied(PackError):
+    """A worker process was killed (OOM killer, SIGKILL) or crashed: nothing it was doing was written."""
+
+
+_POLL = 1.0  # seconds between liveness checks while a result is awaited
+
+
+def _result(fut: Future[R], pool: ProcessPoolExecutor) -> R:
+    """fut.result(), but a dead worker is an error, never a hang: `concurrent.futures` can wait forever
+    for the rest of a result that a killed worker was in the middle of sending."""
+    dead_since: float | None = None
+    while True:
+        try:
+            return fut.result(timeout=_POLL)
+        except FutureTimeout:
+            pass
+        except BrokenProcessPool as e:
+            raise _WorkerDied(_died_message(pool)) from e
+        if _broken(pool):
+            dead_since = dead_since or time.monotonic()
+            if time.monotonic() - dead_since > 5 * _POLL:  # its result did not arrive after all
+                raise _WorkerDied(_died_message(pool))
+
+
+def _broken(pool: ProcessPoolExecutor) -> bool:
+    procs = getattr(pool, "_processes", None) or {}
+    return any(p.exitcode not in (None, 0) for p in list(procs.values()))
+
+
+def _died_message(pool: ProcessPoolExecutor) -> str:
+    procs = getattr(pool, "_processes", None) or {}
+    codes = sorted({p.exitcode for p in list(procs.values()) if p.exitcode not in (None, 0)})
+    how = ", ".join(f"signal {-c}" if c < 0 else f"exit code {c}" for c in codes) or "unknown cause"
+    return (f"a tokenizer worker process died ({how}; SIGKILL 9 is often the out-of-memory killer): nothing "
+            "it was working on was written; re-run the same shardkit pack command to resume after the last "
+            "finished shard (with fewer --workers if memory is short)")
+
+
+def _kill(pool: ProcessPoolExecutor) -> None:
+    """Kill the remaining workers and unblock the executor's thread, which may be stuck reading the rest of
+    a message from the dead one (it would hold up interpreter exit forever): with every worker gone, closing
+    our own end of the result pipe's writer gives it end-of-file."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for p in procs:
+        if p.exitcode is None:
+            p.kill()
+    for p in procs:
+        p.join(timeout=5)
+    writer = getattr(getattr(pool, "_result_queue", None), "_writer", None)
+    if writer is not None:
+        try:
+            writer.close()
+        except OSError:
+            pass
 
 
 def _init_orphan_safe(parent: int, initializer: Callable[..., Any], initargs: tuple[Any, ...]) -> None:

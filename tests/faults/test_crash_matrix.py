@@ -340,9 +340,9 @@ def test_main_killed_while_workers_hold_chunks(many_chunks, tmp_path):
 def test_a_killed_worker_stops_the_pack_cleanly(many_chunks, tmp_path):
     """SIGKILL one tokenizer worker (the OOM killer's choice): the pack stops, nothing half-written, resumes.
 
-    It must stop promptly and say so in one line (exit 1). Today it either prints a BrokenProcessPool
-    traceback or, when the worker died while sending a result, hangs forever (the executor's thread waits
-    for the rest of a half-written message): both are reported as xfail below, the recovery is asserted.
+    It must stop promptly and say so in one line (exit 1) — before pool.py watched worker liveness it
+    either printed a BrokenProcessPool traceback or, when the worker died while sending a result, hung
+    forever (the executor's thread waited for the rest of a half-written message).
     """
     src, ref = many_chunks
     out = real(tmp_path) / "out"
@@ -366,13 +366,8 @@ def test_a_killed_worker_stops_the_pack_cleanly(many_chunks, tmp_path):
     done = run(pack_cmd(src, out, workers=2))
     assert done.returncode == 0, done.stderr
     assert_same_dataset(ref, out)
-    if hung:
-        pytest.xfail("bug: after a tokenizer worker was SIGKILLed the pack hung (no exit in 20 s): pool.py "
-                     "waits on fut.result() with no timeout while ProcessPoolExecutor's thread blocks reading "
-                     "the dead worker's half-sent result")
-    if "Traceback" in err:
-        pytest.xfail("bug: a dead tokenizer worker ends the pack with a BrokenProcessPool traceback instead of a "
-                     f"one-line PackError (shardkit/pack/pool.py): {err.strip().splitlines()[-1]}")
+    assert not hung, "the pack hung after a tokenizer worker was SIGKILLed (no exit in 20 s)"
+    assert "Traceback" not in err and "worker process died" in err, err[-1000:]
 
 
 # -- a training loop killed at 20 random steps ------------------------------------------------------------
