@@ -7,6 +7,7 @@ submission order, so the output never depends on which worker finished first.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import threading
@@ -122,10 +123,8 @@ def _kill(pool: ProcessPoolExecutor) -> None:
         p.join(timeout=5)
     writer = getattr(getattr(pool, "_result_queue", None), "_writer", None)
     if writer is not None:
-        try:
+        with contextlib.suppress(OSError):
             writer.close()
-        except OSError:
-            pass
 
 
 def _init_orphan_safe(parent: int, initializer: Callable[..., Any], initargs: tuple[Any, ...]) -> None:
