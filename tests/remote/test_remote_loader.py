@@ -109,7 +109,7 @@ def _verify_present(ds_dir: Path) -> int:
 @pytest.mark.parametrize("shuffle", ["block", "full"])
 def test_remote_stream_equals_local_stream_across_resume(s3, local, tmp_path, shuffle):
     url = _upload(s3, local)
-    limit = 48 * (BLOCK + 8192) if shuffle == "block" else 8 << 20  # block: smaller than the data, evicting
+    limit = 48 * (BLOCK + 12288) if shuffle == "block" else 8 << 20  # block: smaller than the data, evicting
     with _open(s3, url, tmp_path / "cache", limit) as ds:
         assert _same(_batches(ds, shuffle, n=80), _batches(local, shuffle, n=80))
         assert _same(_batches(ds, shuffle, n=40, start=57), _batches(local, shuffle, n=40, start=57))
@@ -124,7 +124,7 @@ def test_remote_stream_equals_local_stream_across_resume(s3, local, tmp_path, sh
 def test_cache_never_exceeds_its_limit_measured_in_st_blocks(s3, local, tmp_path):
     url = _upload(s3, local)
     cache = tmp_path / "cache"
-    limit = 20 * (BLOCK + 8192)  # about half the data
+    limit = 20 * (BLOCK + 12288)  # about half the data
     peak, stop = [0], threading.Event()
 
     def sample():
@@ -207,7 +207,7 @@ def test_two_processes_share_one_cache_without_duplicate_downloads(faulty_s3, lo
 def test_two_processes_on_a_cache_smaller_than_the_data_stay_correct_and_bounded(s3, local, tmp_path):
     url = _upload(s3, local)
     cache, go = tmp_path / "cache", tmp_path / "go"
-    limit = 24 * (BLOCK + 8192)
+    limit = 24 * (BLOCK + 12288)
     peak, stop = [0], threading.Event()
 
     def sample():

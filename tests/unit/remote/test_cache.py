@@ -140,7 +140,7 @@ def test_a_pinned_block_is_never_evicted(local, tmp_path):
 
 def test_accounting_bounds_real_allocation_under_a_small_limit(local, tmp_path):
     cache = tmp_path / "c"
-    limit = 40 * (BLOCK + 8192) + (64 << 10)
+    limit = 40 * (BLOCK + 12288) + (64 << 10)
     with _open(local, cache, limit=limit) as ds:
         want = _batches(local, "block", n=400)
         assert _same(_batches(ds, "block", n=400), want)
