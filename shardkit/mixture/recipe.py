@@ -183,8 +183,11 @@ def _read(path: Path) -> Any:
         except (ValueError, RecursionError) as e:  # TOMLDecodeError, bad UTF-8, deep nesting, huge ints
             raise ConfigError(f"{path}: not valid TOML: {str(e)[:200]}") from None
     yaml = _yaml()
+    # libyaml's loader when PyYAML has it: the pure-Python scanner is quadratic in the nesting depth
+    # (a 2 KiB file of brackets takes seconds), libyaml refuses nesting past 1,000 levels at once.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        return yaml.safe_load(data)
+        return yaml.load(data, Loader=loader)  # (a safe loader either way)
     except (ValueError, RecursionError) as e:  # PyYAML lets these through: huge ints, deep nesting
         raise ConfigError(f"{path}: not valid YAML: {str(e)[:200]}") from None
     except yaml.YAMLError as e:
@@ -430,8 +433,14 @@ def _shuffle(value: Any, where: str) -> ShuffleMode:
 
 
 def _enum(cls: Any, value: Any, where: str) -> Any:
+    # only strings reach the Enum: its own ValueError message repr()s the value, which for a shared-list
+    # bomb expands 10**9 leaves (13.9 GB of RSS before this check)
+    if isinstance(value, cls):
+        return value
     try:
-        return cls(value.strip().lower() if isinstance(value, str) else value)
+        if not isinstance(value, str):
+            raise ValueError
+        return cls(value.strip().lower())
     except ValueError:
         raise ConfigError(f"{where}: expected one of {', '.join(m.value for m in cls)}, got {brief(value)}") from None
 

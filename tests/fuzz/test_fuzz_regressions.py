@@ -5,6 +5,7 @@ ShardkitError with a clear message.
 """
 
 import io
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -126,3 +127,13 @@ def test_yaml_alias_bomb_recipe_file(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_recipe(path)
     assert len(str(e.value)) < 600
+
+
+def test_deeply_nested_yaml_recipe_is_refused_quickly(tmp_path):
+    """recipe_yaml (hypothesis): PyYAML's pure-Python scanner took ~4 s on 2 KiB of brackets (quadratic)."""
+    path = tmp_path / "deep.yaml"
+    path.write_text('{"seed": ' + "[" * 1000 + "]" * 1000 + "}")
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_recipe(path)
+    assert time.monotonic() - t0 < 1.0
