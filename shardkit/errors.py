@@ -6,7 +6,11 @@ carry that place (file and line, shard and byte range) as attributes as well as 
 
 from __future__ import annotations
 
+import reprlib
+from typing import Any
+
 __all__ = [
+    "brief",
     "ShardkitError",
     "ConfigError",
     "MissingDependencyError",
@@ -121,3 +125,17 @@ class RemoteError(ShardkitError):
         self.attempts = attempts
         self.not_found = not_found
         super().__init__(f"{what}: {problem}")
+
+
+_BRIEF = reprlib.Repr()
+_BRIEF.maxlevel, _BRIEF.maxstring, _BRIEF.maxother, _BRIEF.maxlong = 2, 60, 60, 60
+_BRIEF.maxlist = _BRIEF.maxtuple = _BRIEF.maxdict = _BRIEF.maxset = 4
+
+
+def brief(value: Any) -> str:
+    """A short repr for error messages: a manifest, state or recipe may hold huge strings or deep nesting."""
+    try:
+        text = _BRIEF.repr(value)
+        return text if len(text) <= 200 else text[:197] + "..."
+    except (ValueError, RecursionError):  # an int past str()'s digit limit, an object with a deep repr
+        return f"<{type(value).__name__}>"

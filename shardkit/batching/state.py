@@ -2,30 +2,15 @@
 
 from __future__ import annotations
 
-import reprlib
 from typing import Any
 
-from ..errors import ResumeError
+from ..errors import ResumeError, brief
 
 __all__ = ["STATE_FORMAT", "STATE_VERSION", "brief", "make_state", "check_state"]
 
 STATE_FORMAT = "shardkit-loader-state"
 STATE_VERSION = 1
 _MAX_INDEX = 1 << 62
-_BRIEF = reprlib.Repr()
-_BRIEF.maxlevel, _BRIEF.maxstring, _BRIEF.maxother, _BRIEF.maxlong = 2, 60, 60, 60
-_BRIEF.maxlist = _BRIEF.maxtuple = _BRIEF.maxdict = _BRIEF.maxset = 4
-
-
-def brief(value: Any) -> str:
-    """A short repr for messages: a state read from a checkpoint may hold huge strings or deep nesting."""
-    try:
-        text = _BRIEF.repr(value)
-        return text if len(text) <= 200 else text[:197] + "..."
-    except (ValueError, RecursionError):  # an int past str()'s digit limit, an object with a deep repr
-        return f"<{type(value).__name__}>"
-
-
 def make_state(*, fingerprint: str, config: dict[str, Any], batch: int, samples: int, micro: int = 0,
                world_size: int, rank: int, micro_batch_size: int | None = None) -> dict[str, Any]:
     return {

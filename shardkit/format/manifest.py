@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import ManifestError
+from ..errors import ManifestError, brief
 from .atomic import atomic_write_bytes
 from .dtypes import READABLE_TOKEN_DTYPES
 
@@ -48,7 +50,7 @@ _VOLATILE = ("fingerprint", "created")
 def check_shard_name(name: object, where: str) -> str:
     """A shard name is a plain file stem: no separators, no `..`, nothing absolute, nothing hidden."""
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or ".." in name:
-        raise ManifestError(where, f"unsafe or invalid shard name {name!r}: names must match "
+        raise ManifestError(where, f"unsafe or invalid shard name {brief(name)}: names must match "
                                    f"{_NAME_RE.pattern} with no '..' (no paths, no absolute names)")
     return name
 
@@ -71,17 +73,17 @@ class ShardCompression:
         if not isinstance(d, dict):
             raise ManifestError(where, f"shard {shard}: compression must be an object")
         if d.get("codec") not in COMPRESSION_CODECS:
-            raise ManifestError(where, f"shard {shard}: compression codec {d.get('codec')!r} is unknown (this "
+            raise ManifestError(where, f"shard {shard}: compression codec {brief(d.get('codec'))} is unknown (this "
                                        f"shardkit reads {', '.join(COMPRESSION_CODECS)}); upgrade shardkit")
         level, frame, size = d.get("level"), d.get("frame_size"), d.get("file_bytes")
         if not isinstance(level, int) or isinstance(level, bool):
-            raise ManifestError(where, f"shard {shard}: compression level must be an integer, got {level!r}")
+            raise ManifestError(where, f"shard {shard}: compression level must be an integer, got {brief(level)}")
         if not isinstance(frame, int) or isinstance(frame, bool) or not 1 <= frame <= MAX_FRAME_SIZE:
             raise ManifestError(where, f"shard {shard}: compression frame_size must be an integer in "
-                                       f"[1, {MAX_FRAME_SIZE}], got {frame!r}")
+                                       f"[1, {MAX_FRAME_SIZE}], got {brief(frame)}")
         if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size < 1 << 62:
             raise ManifestError(where, f"shard {shard}: compression file_bytes must be a non-negative "
-                                       f"integer, got {size!r}")
+                                       f"integer, got {brief(size)}")
         return cls(d["codec"], level, frame, size)
 
 
@@ -143,7 +145,7 @@ class ShardEntry:
         ints = {k: d.get(k) for k in ("docs", "tokens", "bin_bytes", "idx_bytes")}
         for k, v in ints.items():
             if not isinstance(v, int) or isinstance(v, bool) or v < 0 or v >= 1 << 62:
-                raise ManifestError(where, f"shard {name}: {k} must be a non-negative integer, got {v!r}")
+                raise ManifestError(where, f"shard {name}: {k} must be a non-negative integer, got {brief(v)}")
         digest = d.get("sum_xxh3")
         if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{32}", digest):
             raise ManifestError(where, f"shard {name}: sum_xxh3 must be 32 hex digits")
@@ -231,15 +233,15 @@ class Manifest:
         if not isinstance(doc, dict):
             raise ManifestError(where, "manifest is not a JSON object")
         if doc.get("format") != FORMAT_NAME:
-            raise ManifestError(where, f"not a shardkit manifest (format {doc.get('format')!r})")
+            raise ManifestError(where, f"not a shardkit manifest (format {brief(doc.get('format'))})")
         version = doc.get("format_version")
         if version not in READABLE_FORMAT_VERSIONS or isinstance(version, bool):
-            raise ManifestError(where, f"format version {version!r} is not supported by this shardkit "
+            raise ManifestError(where, f"format version {brief(version)} is not supported by this shardkit "
                                        f"(reads versions {', '.join(map(str, READABLE_FORMAT_VERSIONS))}); "
                                        "upgrade shardkit or re-pack")
         dtype = doc.get("dtype")
         if dtype not in READABLE_TOKEN_DTYPES:
-            raise ManifestError(where, f"dtype {dtype!r} is not a token dtype ({', '.join(READABLE_TOKEN_DTYPES)})")
+            raise ManifestError(where, f"dtype {brief(dtype)} is not a token dtype ({', '.join(READABLE_TOKEN_DTYPES)})")
         shards_raw = doc.get("shards")
         if not isinstance(shards_raw, list) or len(shards_raw) > MAX_SHARDS:
             raise ManifestError(where, "manifest 'shards' must be a list (of at most 10,000,000 entries)")
@@ -264,7 +266,7 @@ class Manifest:
         for key, actual in (("shards", len(shards)), ("docs", sum(s.num_docs for s in shards)),
                             ("tokens", sum(s.num_tokens for s in shards))):
             if totals.get(key) != actual:
-                raise ManifestError(where, f"totals.{key} is {totals.get(key)!r} but the shard entries add up "
+                raise ManifestError(where, f"totals.{key} is {brief(totals.get(key))} but the shard entries add up "
                                            f"to {actual}")
         tokenizer = doc.get("tokenizer")
         if tokenizer is not None and not isinstance(tokenizer, dict):
@@ -300,10 +302,22 @@ class Manifest:
     def load(cls, directory: Path) -> Manifest:
         path = directory / MANIFEST_NAME
         try:
-            size = path.stat().st_size
-            if size > MAX_MANIFEST_BYTES:
-                raise ManifestError(str(path), f"manifest is {size:,} bytes, over the 1 GiB limit")
-            raw = path.read_bytes()
+            # Never open a FIFO (a hang) or a device such as /dev/zero (endless bytes), nor follow a link out.
+            st = path.stat()
+            if not stat.S_ISREG(st.st_mode):
+                raise ManifestError(str(path), "not a regular file (a FIFO, device or directory); a dataset's "
+                                               "manifest must be a plain file")
+            real_root = os.path.realpath(directory)
+            if os.path.commonpath([real_root, os.path.realpath(path)]) != real_root:
+                raise ManifestError(str(path), "a symlink pointing outside the dataset directory; shardkit "
+                                               "refuses those: copy the file into the dataset instead")
+            if st.st_size > MAX_MANIFEST_BYTES:
+                raise ManifestError(str(path), f"manifest is {st.st_size:,} bytes, over the 1 GiB limit")
+            with open(path, "rb") as f:
+                raw = f.read(st.st_size + 1)  # (read(n) allocates n bytes up front: ask for what is there)
+            if len(raw) != st.st_size:
+                raise ManifestError(str(path), "manifest changed while being read; retry once the pack that "
+                                               "writes it has finished")
         except FileNotFoundError:
             hint = ""
             if any(directory.glob(".shardkit-journal*")):
