@@ -36,10 +36,16 @@ def _place(src: Path, dst: Path) -> bool:
     """Make `src` available at `dst`; True if it was linked (False: it already is that file)."""
     if dst.exists():
         if os.path.samefile(src, dst):
+            real_root = os.path.realpath(dst.parent)
+            if os.path.commonpath([real_root, os.path.realpath(dst)]) != real_root:
+                raise ManifestError(str(dst), "a symlink pointing outside the output directory: a dataset "
+                                              "refuses those, so it could not be opened; adopt into another "
+                                              "directory on the same filesystem (the target is hard-linked in), "
+                                              "or replace the link by the file")
             return False
         raise ConfigError(f"{dst} already exists and is a different file; choose an empty output directory")
     try:
-        os.link(src, dst)
+        os.link(os.path.realpath(src), dst)  # a symlinked input: link its target, never the link itself
     except OSError as e:
         if e.errno == errno.EXDEV:
             raise ConfigError(f"cannot hard-link {src} into {dst.parent}: different filesystems. Put the "

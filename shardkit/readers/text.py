@@ -27,7 +27,14 @@ def _read_all(file: InputFile) -> bytes | bytearray:
             raise _too_big(file.url)
         with open_binary(file.url) as f:
             try:
-                data = f.read(MAX_TEXT_BYTES + 1)  # one allocation: the fastest way to read a whole file
+                # one allocation, of the listed size (read(n) allocates n bytes up front, whatever the file)
+                data = f.read(min(file.size, MAX_TEXT_BYTES) + 1)
+                if len(data) > file.size:  # the file grew after it was listed: read the rest in bounded steps
+                    parts, n = [data], len(data)
+                    while n <= MAX_TEXT_BYTES and (more := f.read(8 << 20)):
+                        parts.append(more)
+                        n += len(more)
+                    data = b"".join(parts)
             except OSError as e:
                 raise ReaderError(file.url, f"read failed: {e}") from e
         if len(data) > MAX_TEXT_BYTES:
