@@ -43,14 +43,15 @@ def _stat(log: str, key: str) -> int:
     return int(m.group(1)) if m else 0
 
 
-def run_target(target: str, seconds: int, *, timeout: int, rss_limit_mb: int, python: str) -> Outcome:
+def run_target(target: str, seconds: int, *, timeout: int, rss_limit_mb: int, python: str,
+               crashes_dir: Path = CRASHES) -> Outcome:
     """One libFuzzer run of `seconds`; the crash files it wrote are listed, the process never outlives us."""
-    CRASHES.mkdir(exist_ok=True)
-    before = set(CRASHES.iterdir())
+    crashes_dir.mkdir(parents=True, exist_ok=True)
+    before = set(crashes_dir.iterdir())
     with tempfile.TemporaryDirectory(prefix=f"fuzz-{target}-") as work:
         cmd = [python, "-m", f"fuzz.fuzz_{target}", work, str(FUZZ / "corpus" / target),
                f"-max_total_time={seconds}", f"-timeout={timeout}", f"-rss_limit_mb={rss_limit_mb}",
-               f"-artifact_prefix={CRASHES}/{target}-", "-print_final_stats=1", "-max_len=65536"]
+               f"-artifact_prefix={crashes_dir}/{target}-", "-print_final_stats=1", "-max_len=65536"]
         env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         t0 = time.monotonic()
         try:
@@ -60,7 +61,7 @@ def run_target(target: str, seconds: int, *, timeout: int, rss_limit_mb: int, py
         except subprocess.TimeoutExpired as e:
             log, code = f"{e.stderr or ''}\nrun.py: killed after {seconds + timeout + 120}s", -9
         took = time.monotonic() - t0
-    crashes = sorted(str(p.relative_to(ROOT)) for p in set(CRASHES.iterdir()) - before)
+    crashes = sorted(str(p) for p in set(crashes_dir.iterdir()) - before)
     if code != 0:
         tail = "\n".join(log.splitlines()[-40:])
         print(f"--- {target}: exit {code}\n{tail}\n---", file=sys.stderr)
