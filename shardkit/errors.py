@@ -62,6 +62,26 @@ class ReaderError(ShardkitError):
         where = f"{path}:{line}" if line is not None else path
         super().__init__(f"{where}: {problem}")
 
+    @property
+    def device_error(self) -> OSError | None:
+        """The OS error under this one when the device, not the data, failed (EIO, ESTALE, ...), else None.
+
+        Such a file is not bad input: skipping it would make the output depend on a passing fault, so pack
+        stops instead. A missing or unreadable file (ENOENT, EACCES) is a fact about the input and counts
+        as a file error.
+        """
+        seen: set[int] = set()
+        cur: BaseException | None = self
+        while cur is not None and id(cur) not in seen:
+            seen.add(id(cur))
+            if (isinstance(cur, OSError) and not isinstance(cur, _FILE_FACTS) and cur.errno is not None):
+                return cur
+            cur = cur.__cause__ or cur.__context__
+        return None
+
+
+_FILE_FACTS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
+
 
 class TokenizerError(ShardkitError):
     """A tokenizer cannot be loaded or does not fit the dataset (e.g. vocabulary too large)."""

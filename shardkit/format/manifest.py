@@ -322,6 +322,8 @@ class Manifest:
             hint = ""
             if any(directory.glob(".shardkit-journal*")):
                 hint = " (an unfinished pack is here: re-run the same `shardkit pack` command to finish it)"
+            elif (directory / ".shardkit-merging").exists():  # writer.journal.MERGE_MARKER_NAME
+                hint = " (an unfinished merge is here: re-run the same merge or --num-tasks job to finish it)"
             raise ManifestError(str(directory), f"not a shardkit dataset: no {MANIFEST_NAME}{hint}") from None
         except OSError as e:
             raise ManifestError(str(path), f"cannot read manifest ({e.strerror})") from None

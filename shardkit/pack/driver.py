@@ -287,6 +287,10 @@ def _pack_local(config: PackConfig, *, progress: Callable[[PackProgress], None] 
         def fail_file(e: ReaderError) -> None:
             if remote_inputs and is_transient(e):
                 raise e  # a network fault, not a bad file: never skipped; chunks() reads again from before it
+            if (cause := e.device_error) is not None:
+                raise PackError(f"{e.path}: {cause.strerror or cause} while reading it; a device error is not "
+                                "bad data, so it is never skipped: check the disk or mount, then re-run the "
+                                "same command to resume") from e
             if config.on_error is OnError.FAIL:
                 raise PackError(f"{e} (stopped by --on-error fail)")
 
@@ -322,7 +326,9 @@ def _pack_local(config: PackConfig, *, progress: Callable[[PackProgress], None] 
             if workers <= 1 and needs_self_check(tokenizer):
                 tokenizer = check()  # in-process: nothing to overlap it with
             try:
-                for chunk, (tokens, lengths) in _encoded(chunks(), workers, setup_for(tokenizer), check):
+                # the workers start once: the pool is restarted only when a real self-check fails
+                check_after = check if needs_self_check(tokenizer) else None
+                for chunk, (tokens, lengths) in _encoded(chunks(), workers, setup_for(tokenizer), check_after):
                     run.consume(chunk, tokens, lengths)
             except _UseReference as fallback:  # the self-check failed before any result was consumed
                 tokenizer = fallback.tokenizer

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import errno
+import json
 import os
 import time
 from collections.abc import Sequence
@@ -26,11 +27,11 @@ from typing import Any
 
 from .. import __version__
 from ..errors import ManifestError, PackError
-from ..format.atomic import fsync_dir, temp_path
+from ..format.atomic import atomic_write_bytes, fsync_dir, temp_path
 from ..format.checksums import ShardChecksums, digest_bytes
 from ..format.dataset import open_dataset
 from ..format.manifest import MANIFEST_NAME, Manifest
-from ..writer import JOURNAL_NAME, Journal
+from ..writer import JOURNAL_NAME, MERGE_MARKER_NAME, Journal
 from .output_dir import locked_output, prepare_output, remove_shardkit_files
 from .stats import MAX_SKIP_EXAMPLES, PackStats
 
@@ -216,6 +217,14 @@ def _link(src: Path, dst: Path) -> bool:
     return True
 
 
+def _unmark(out: Path) -> None:
+    try:
+        (out / MERGE_MARKER_NAME).unlink()
+    except FileNotFoundError:
+        return
+    fsync_dir(out)
+
+
 def merge_parts(parts: Sequence[str | os.PathLike[str]], output: str | os.PathLike[str], *,
                 overwrite: bool = False) -> MergeResult:
     """Merge the parts of one split pack (all N of them, any order) into a dataset at `output`."""
@@ -247,17 +256,24 @@ def merge_parts(parts: Sequence[str | os.PathLike[str]], output: str | os.PathLi
                 raise PackError(f"{out} already holds a dataset that is not the merge of these parts; pass "
                                 "--overwrite to replace it or choose another output directory")
             open_dataset(out)  # every file still there
+            _unmark(out)  # a merge killed just after writing the manifest
             return MergeResult(out, fingerprint, existing, len(loaded), 0, True, time.monotonic() - t0)
         prepare_output(out, overwrite=overwrite)
         files = [(p.path, name) for p in ordered for s in p.manifest.shards
                  for name in _shard_files(p.path, s.name, s.sum_name, s.sum_digest)
                  # a compressed shard's sidecar also covers its uncompressed NAME.bin, which is not on disk
                  if not (s.compression is not None and name == s.bin_name)]
-        remove_shardkit_files(out, keep={name for _, name in files})  # temp files and strays of an earlier try
+        # the marker goes first and stays until the manifest is in place: from now on the output reads as an
+        # unfinished merge (verify: INCOMPLETE), never as shards that lost their manifest
+        atomic_write_bytes(out / MERGE_MARKER_NAME, json.dumps(
+            {"merging": fingerprint, "parts": len(loaded)}, sort_keys=True).encode() + b"\n")
+        # temp files and strays of an earlier try
+        remove_shardkit_files(out, keep={name for _, name in files} | {MERGE_MARKER_NAME})
         linked = sum(_link(src / name, out / name) for src, name in files)
         fsync_dir(out)
         saved_fp = dataclasses.replace(manifest, created={
             "at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "by": f"shardkit {__version__}", "merged_parts": len(loaded),
             "seconds": round(time.monotonic() - t0, 3)}).save(out)
+        _unmark(out)
     return MergeResult(out, saved_fp, Manifest.load(out), len(loaded), linked, False, time.monotonic() - t0)

@@ -12,7 +12,7 @@ from pathlib import Path
 from ..errors import PackError
 from ..format.atomic import fsync_dir
 from ..format.manifest import MANIFEST_NAME
-from ..writer import JOURNAL_NAME
+from ..writer import JOURNAL_NAME, MERGE_MARKER_NAME
 
 __all__ = ["LOCK_NAME", "locked_output", "is_shardkit_file", "remove_shardkit_files", "prepare_output"]
 
@@ -21,7 +21,7 @@ _SHARD_FILE = re.compile(r"\.?[A-Za-z0-9][A-Za-z0-9._-]*\.(bin|bin\.zst|idx|sum\
 
 
 def is_shardkit_file(name: str) -> bool:
-    return (name in (MANIFEST_NAME, JOURNAL_NAME, LOCK_NAME) or name.endswith(".tmp")
+    return (name in (MANIFEST_NAME, JOURNAL_NAME, MERGE_MARKER_NAME, LOCK_NAME) or name.endswith(".tmp")
             or bool(_SHARD_FILE.fullmatch(name)))
 
 

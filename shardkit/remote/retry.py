@@ -233,21 +233,25 @@ def retrying_iter(start: Callable[[P | None], Iterable[T]], position: Callable[[
     """The items of `start(None)`; after a transient error, continue with `start(position(last item))`.
 
     For streams that can restart at a position (a reader at a record number): `position(item)` must name
-    where the stream continues after `item`. Attempts are counted since the last item that came through,
-    so a long stream survives many separate hiccups but not one persistent failure.
+    where the stream continues after `item`. Attempts are counted per resume position, so a long stream
+    survives many separate hiccups but not one persistent failure at the same place.
     """
     resume: P | None = None
+    failed_at: P | None = None
     failures, started = 0, time.monotonic()
     while True:
         try:
             for item in start(resume):
                 resume = position(item)
-                failures, started = 0, time.monotonic()
                 yield item
             return
         except Exception as e:
             if not is_transient(e):
                 raise
+            if failures == 0 or resume != failed_at:
+                # progress since the last failure: a fresh budget (a stream that fails again at the same
+                # position, even after re-yielding what it had, has made no progress and keeps counting)
+                failures, started, failed_at = 0, time.monotonic(), resume
             failures += 1
             pause = _should_retry(policy, failures, started)
             if pause is None:

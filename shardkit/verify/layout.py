@@ -16,7 +16,7 @@ from pathlib import Path
 from ..errors import ManifestError, ResumeError
 from ..format.listing import DirListing
 from ..format.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest
-from ..writer.journal import JOURNAL_NAME, Journal
+from ..writer.journal import JOURNAL_NAME, MERGE_MARKER_NAME, Journal
 from .report import Check, Problem
 
 __all__ = [
@@ -26,7 +26,7 @@ __all__ = [
     "load_manifest",
 ]
 
-_PACK_FILES = (".shardkit-lock", JOURNAL_NAME)  # pack's own bookkeeping, never data
+_PACK_FILES = (".shardkit-lock", JOURNAL_NAME, MERGE_MARKER_NAME)  # pack's own bookkeeping, never data
 
 
 @dataclass
@@ -50,6 +50,8 @@ def load_manifest(path: Path, listing: DirListing) -> ManifestResult:
         if MANIFEST_NAME not in listing.outside | listing.others:
             if journal:
                 return ManifestResult(None, [], [_journal_note(path)], incomplete=True)
+            if MERGE_MARKER_NAME in listing.files or (path / MERGE_MARKER_NAME).is_file():
+                return ManifestResult(None, [], [_merge_note()], incomplete=True)
             if _PACK_FILES[0] in listing.files and _only_bookkeeping(listing):
                 return ManifestResult(None, [], [_starting_note()], incomplete=True)
         why = listing.absent_reason(MANIFEST_NAME)
@@ -73,6 +75,9 @@ def load_manifest(path: Path, listing: DirListing) -> ManifestResult:
     notes = []
     if journal:
         notes.append(f"a pack journal ({JOURNAL_NAME}) is left next to a finished manifest; it is ignored")
+    if MERGE_MARKER_NAME in listing.files:
+        notes.append(f"a merge marker ({MERGE_MARKER_NAME}) is left next to a finished manifest; it is ignored "
+                     "(re-running the merge removes it)")
     return ManifestResult(manifest, problems, notes)
 
 
@@ -106,6 +111,12 @@ def _starting_note() -> str:
     return (f"unfinished pack: only the pack lock (and temp files) are here, no {JOURNAL_NAME} yet (a pack is "
             "starting, or was stopped before it finished its first step; re-run the same `shardkit pack` "
             "command)")
+
+
+def _merge_note() -> str:
+    return (f"unfinished merge: {MERGE_MARKER_NAME} is present and {MANIFEST_NAME} is not yet written (a "
+            "`shardkit merge` or a `--num-tasks` job may still be running; otherwise re-run the same command "
+            "to finish it)")
 
 
 def _journal_note(path: Path) -> str:

@@ -19,9 +19,12 @@ from ..format.atomic import write_errors
 from ..format.manifest import ShardEntry
 from .shard_writer import RESUME_HINT as _HINT
 
-__all__ = ["JOURNAL_NAME", "JournalEntry", "Journal"]
+__all__ = ["JOURNAL_NAME", "MERGE_MARKER_NAME", "JournalEntry", "Journal"]
 
 JOURNAL_NAME = ".shardkit-journal.jsonl"
+# a merge's journal: present (with the lock) from before the first hard link until the manifest is written,
+# so a merge stopped part-way reads as unfinished, not as a dataset that lost its manifest
+MERGE_MARKER_NAME = ".shardkit-merging"
 JOURNAL_VERSION = 1
 
 

@@ -163,9 +163,6 @@ def test_a_failing_write_stops_the_pack_and_the_rerun_is_identical(reference, tm
 
 
 @needs_strace
-@pytest.mark.xfail(strict=True, reason="bug: an EIO while reading an input counts as a bad record under "
-                                       "--on-error skip: the pack exits 0 with the rest of that file missing "
-                                       "(shardkit/readers/compression.py turns every OSError into ReaderError)")
 def test_an_input_read_error_stops_the_pack(reference, tmp_path):
     """An I/O error is not bad data: skipping it would make the output depend on a transient fault."""
     src, ref = reference

@@ -9,12 +9,14 @@ from support.dataset_bytes import dataset_files
 from support.paths import GPT2_JSON
 
 from shardkit import Loader, LoaderConfig, open_dataset, verify_dataset
-from shardkit.errors import PackError
+from shardkit.errors import ManifestError, PackError
 from shardkit.format.manifest import MANIFEST_NAME
 from shardkit.pack import PackConfig, TokenizeOptions, pack
 from shardkit.pack.merge import merge_parts
 from shardkit.pack.tasks import TaskSpec
+from shardkit.verify.report import Verdict
 from shardkit.writer import ShardLimits
+from shardkit.writer.journal import MERGE_MARKER_NAME
 
 LIMITS = ShardLimits(max_bytes=3000, checksum_block_size=4096)
 
@@ -84,11 +86,27 @@ def test_crash_mid_merge_then_rerun_finishes_identically(parts, tmp_path):
     with pytest.raises(PackError, match="run the merge again"):
         merge_parts(ps, out)
     assert not (out / MANIFEST_NAME).exists() and (out / f"{names[0]}.bin").exists()
+    stopped = verify_dataset(out, mode="full")  # unfinished, not a dataset that lost its manifest
+    assert stopped.verdict is Verdict.INCOMPLETE and "unfinished merge" in " ".join(stopped.notes)
+    with pytest.raises(ManifestError, match="unfinished merge"):
+        open_dataset(out)
     blocker.rmdir()
     r = merge_parts(ps, out)
     assert r.fingerprint == clean.fingerprint and 0 < r.linked_files < clean.linked_files
     assert dataset_files(out) == dataset_files(tmp_path / "clean")
-    assert verify_dataset(out, mode="full").ok
+    assert verify_dataset(out, mode="full").ok and not (out / MERGE_MARKER_NAME).exists()
+
+
+def test_a_merge_marker_left_beside_the_manifest_is_noted_then_removed(parts, tmp_path):
+    """Killed between writing the manifest and removing its marker: a finished dataset; merging again
+    (a no-op) tidies up."""
+    _, ps = parts
+    merge_parts(ps, tmp_path / "a")
+    (tmp_path / "a" / MERGE_MARKER_NAME).write_text("{}\n")
+    report = verify_dataset(tmp_path / "a", mode="quick")
+    assert report.ok and any(MERGE_MARKER_NAME in n for n in report.notes)
+    assert merge_parts(ps, tmp_path / "a").already_merged
+    assert not (tmp_path / "a" / MERGE_MARKER_NAME).exists()
 
 
 def test_refuses_missing_and_duplicate_parts(parts, tmp_path):
