@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, ManifestError, ShardkitError
-from ..format.atomic import atomic_write_bytes
+from ..format.atomic import atomic_write_bytes, write_errors
 from ..format.manifest import MANIFEST_NAME, Manifest
 from .blocks import (
     ABSENT,
@@ -64,6 +64,7 @@ _META_AT = 32  # offset of meta_bytes in the header
 _PUNCH = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
 _SEEK_DATA = getattr(os, "SEEK_DATA", 3)
 _SEEK_HOLE = getattr(os, "SEEK_HOLE", 4)
+_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 try:
     _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
@@ -125,7 +126,8 @@ class CacheRoot:
         self.datasets: dict[str, DatasetCache] = {}
         self._pid = -1
         self._reinit()
-        self._probe_punch()
+        with self.space_errors(f"creating {self.path / '.probe'}"):
+            self._probe_punch()
 
     @classmethod
     def get(cls, path: str | os.PathLike[str], limit: int) -> CacheRoot:
@@ -155,6 +157,33 @@ class CacheRoot:
         finally:
             os.close(fd)
             probe.unlink()
+
+    @contextlib.contextmanager
+    def space_errors(self, what: str) -> Iterator[None]:
+        """Turn a full file system (ENOSPC, EDQUOT) under the block into a CacheError that says what to do:
+        a cache_limit above what the file system holds cannot be kept by eviction."""
+        try:
+            yield
+        except OSError as e:
+            if e.errno not in _SPACE:
+                raise
+            try:
+                st = os.statvfs(self.path)
+                free = st.f_bavail * st.f_frsize
+            except OSError:
+                free = 0
+            held, file = allocated_bytes(self.path), getattr(e, "path", None) or e.filename
+            if file and str(file) not in what:
+                what = f"{what} ({file})"
+            room = held + free
+            why = (f"it has room for about {room:,} bytes of cache ({held:,} held, {free:,} free), less than "
+                   f"cache_limit {self.limit:,}, so eviction cannot keep it from filling" if room < self.limit else
+                   f"the cache holds {held:,} bytes of its cache_limit {self.limit:,} and other files take the rest")
+            fix = f"lower cache_limit to at most {room:,} bytes or free space on that file system" if room else (
+                "free space on that file system (none of it is left for the cache)")
+            raise CacheError(f"{self.path}: the cache's file system is full ({what}: {e.strerror} "
+                             f"({errno.errorcode.get(e.errno or 0, e.errno)})): {why}; {fix}, then run again "
+                             "(blocks already cached stay valid)") from e
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -228,7 +257,7 @@ class DatasetCache:
     @classmethod
     def create(cls, root: CacheRoot, directory: Path, manifest: Manifest, manifest_bytes: bytes) -> DatasetCache:
         """Open (creating if needed) the directory of `manifest`, its state file and its sparse shard files."""
-        with root.locked():
+        with root.locked(), root.space_errors(f"creating the cache files of dataset {manifest.fingerprint[:16]}"):
             existing = root.datasets.get(directory.name)
             if existing is not None:
                 return existing
@@ -376,10 +405,18 @@ class DatasetCache:
         fd = self.data_fd(s)
         view = memoryview(data)
         done = 0
-        while done < len(view):
-            done += os.pwrite(fd, view[done:], lo + done)
-        if durable:
-            os.fdatasync(fd)
+        try:
+            with self.root.space_errors(f"writing {self.where(gid)}"), write_errors(self.where(gid), "write"):
+                while done < len(view):
+                    done += os.pwrite(fd, view[done:], lo + done)
+                if durable:
+                    os.fdatasync(fd)
+        except BaseException:
+            # a torn write (a full disk fails it part way) is punched out and the block is ABSENT again; if
+            # even that fails it stays RESERVED, which is never served and cleared by the next recovery
+            with contextlib.suppress(ShardkitError, OSError):
+                self.drop(gid)
+            raise
         self.stamp[gid] = time.time_ns()
         self.state[gid] = PRESENT
 

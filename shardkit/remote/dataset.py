@@ -142,7 +142,12 @@ class _Remote:
                                                             "downloads; the remote dataset is damaged: re-upload it")
                 need = int(charge_of(len(raw)))
                 self.cache.reserve_meta(need)
-                atomic_write_bytes(local, raw)
+                try:
+                    with self.cache.root.space_errors(f"writing {local}"):
+                        atomic_write_bytes(local, raw)
+                except BaseException:
+                    self.cache.release_meta(need)  # nothing was written: the charge goes too
+                    raise
                 if old is not None:
                     self.cache.release_meta(int(charge_of(len(old))))
                 return raw
