@@ -13,6 +13,13 @@ a Python process — expect its throughput, not AWS's):
     included)
   * small cache: one epoch with cache_limit ≈ 40 % of the data, the cache's allocated size (st_blocks)
     sampled every millisecond from another thread: peak vs limit (at least 1.25 groups)
+  * slow network: the floor and a cold-cache epoch again through a proxy that holds every range GET of a
+    shard for --latency seconds (a link slower than this machine's CPUs, as a real object store is to a
+    training node): does the loader then deliver what the network allows?
+
+On loopback the "network" is moto, a Python server on the same two cores, so the direct figures measure
+CPU contention between server and loader as much as the loader; the slow-network figures are the ones
+that say whether the loader keeps up with a network.
 
     python benchmarks/bench_remote.py [--tokens 128000000] [--cache-root DIR] [--json]
 """
@@ -20,13 +27,16 @@ a Python process — expect its throughput, not AWS's):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -37,7 +47,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from support.s3server import CREDENTIALS_ENV, MotoServer  # noqa: E402
+from support.s3server import CREDENTIALS_ENV, MotoServer, s3_storage_options  # noqa: E402
 from synthetic import token_dataset  # noqa: E402
 
 from shardkit.format import open_dataset  # noqa: E402
@@ -97,10 +107,31 @@ def fill(url: str, so: dict, cache: Path, data_bytes: int) -> float:
     return rate
 
 
+@contextlib.contextmanager
+def slow_link(upstream_port: int, latency: float) -> Iterator[str]:
+    """The endpoint URL of a proxy in its own process (in this one it would share the GIL with the loader
+    under test) that holds every GET of a .bin for `latency` seconds before forwarding it."""
+    code = (f"import sys, time; sys.path.insert(0, {str(HERE.parent / 'tests')!r})\n"
+            "from support.faulty_proxy import Action, FaultyProxy, Rule\n"
+            f"p = FaultyProxy.start({upstream_port})\n"
+            f"p.add(Rule(Action.DELAY, method='GET', path=r'\\.bin', times=None, delay={latency!r}))\n"
+            "print(p.endpoint_url, flush=True)\n"
+            "sys.stdin.read()\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=128_000_000)
     ap.add_argument("--cache-root", type=Path, default=DATA, help="where the caches go (default bench-data/)")
+    ap.add_argument("--latency", type=float, default=0.5, help="seconds added to each range GET (slow network)")
+    ap.add_argument("--lookahead-groups", type=int, default=None, help="RemoteConfig.lookahead_groups (default: its own)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     os.environ.update(CREDENTIALS_ENV)
@@ -124,8 +155,9 @@ def main() -> None:
                 out["fill_tok_s"] = max(out["fill_tok_s"], fill(url, so, tmp / f"fill{i}", data_bytes))
             out["floor_MB_s"] = out["floor_tok_s"] * 2 / 1e6
 
+            ahead = {} if args.lookahead_groups is None else {"lookahead_groups": args.lookahead_groups}
             cfg = RemoteConfig(cache_dir=tmp / "cache", cache_limit=2 * data_bytes, storage_options=so,
-                               fetch_workers=WORKERS)
+                               fetch_workers=WORKERS, **ahead)
             with open_remote_dataset(url, cfg) as ds:
                 tokens, secs = epoch(ds)
                 out["remote_cold_tok_s"] = tokens / secs
@@ -137,7 +169,7 @@ def main() -> None:
             group = 2 * 32 << 20  # two 32 MiB shuffle blocks: a read may touch any byte of its group
             limit = max(int(0.4 * data_bytes), group + group // 4)
             small = RemoteConfig(cache_dir=tmp / "small", cache_limit=limit, storage_options=so,
-                                 fetch_workers=WORKERS)
+                                 fetch_workers=WORKERS, **ahead)
             peak, stop = [0], threading.Event()
 
             def sample() -> None:
@@ -156,6 +188,16 @@ def main() -> None:
                 st = ds.stats()
             out.update(small_limit=limit, small_peak=peak[0], small_tok_s=tokens / secs,
                        small_downloaded=st["bytes_downloaded"])
+
+            with slow_link(server.port, args.latency) as endpoint:
+                slow = s3_storage_options(endpoint)
+                nbytes, secs = floor(url, slow, local)
+                out["slow_floor_tok_s"] = nbytes / 2 / secs
+                cfg = RemoteConfig(cache_dir=tmp / "slow", cache_limit=2 * data_bytes, storage_options=slow,
+                                   fetch_workers=WORKERS, **ahead)
+                with open_remote_dataset(url, cfg) as ds:
+                    tokens, secs = epoch(ds)
+                    out["slow_cold_tok_s"] = tokens / secs
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
@@ -176,6 +218,9 @@ def main() -> None:
           "peak allocated "
           f"{out['small_peak'] / 2**20:.1f} MiB = {out['small_peak'] / out['small_limit']:.3f}x the limit; "
           f"{out['small_tok_s'] / 1e6:.1f} M tok/s, downloaded {out['small_downloaded'] / data_bytes:.2f}x the data")
+    print(f"  slow network (+{args.latency:.2f} s per range GET): floor {out['slow_floor_tok_s'] / 1e6:.1f} M tok/s, "
+          f"remote cold cache {out['slow_cold_tok_s'] / 1e6:.1f} M tok/s = "
+          f"{out['slow_cold_tok_s'] / out['slow_floor_tok_s']:.2f}x the network floor")
 
 
 if __name__ == "__main__":

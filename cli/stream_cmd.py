@@ -1,12 +1,14 @@
 """`shardkit stream`: dry-run the loader — tokens/s, batches, and a digest of what was delivered.
 
-`shardkit stream DATASET` runs the single-source loader; `shardkit stream --recipe recipe.yaml` runs a
+`shardkit stream DATASET` runs the single-source loader (DATASET: a directory, or a remote URL such as
+s3://bucket/ds streamed through the local block cache); `shardkit stream --recipe recipe.yaml` runs a
 mixture and ends with a table of what each source gave.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import warnings
 
 import click
@@ -16,10 +18,11 @@ from shardkit.loader import Loader
 from shardkit.mixture import RecipeWarning
 from shardkit.mixture.loader import MixtureLoader
 from shardkit.order import Ramp
+from shardkit.remote import is_remote
 from shardkit.stream import StreamReport, stream
 from shardkit.units import human_count
 
-from .options import json_option
+from .options import ByteSize, json_option, storage_option_flag
 from .progress import StatusLine
 
 _LOADER_ONLY = ("seq_len", "batch_size", "ramp", "seed", "shuffle", "max_epochs")  # the recipe sets these
@@ -36,7 +39,7 @@ def _ramp(ctx, param, value):
 
 
 @click.command("stream")
-@click.argument("dataset", type=click.Path(exists=True, file_okay=False), required=False)
+@click.argument("dataset", required=False)
 @click.option("--recipe", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Stream a mixture recipe (YAML, TOML or JSON) instead of one DATASET.")
 @click.option("--strict", is_flag=True, help="With --recipe: refuse mix weights that do not sum to 1.")
@@ -53,13 +56,32 @@ def _ramp(ctx, param, value):
 @click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True,
               help="torch DataLoader workers (needs torch).")
 @click.option("--max-epochs", type=click.IntRange(min=1), default=None)
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+              help="Remote DATASET: the block cache directory [default: $SHARDKIT_REMOTE_CACHE_DIR, else "
+                   "~/.cache/shardkit/remote].")
+@click.option("--cache-limit", type=ByteSize(), default=None,
+              help="Remote DATASET: the cache's size limit, e.g. 20GiB [default: $SHARDKIT_REMOTE_CACHE_LIMIT, "
+                   "else 16GiB].")
+@storage_option_flag
 @json_option
 @click.pass_context
 def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, shuffle, steps, start_step, rank,
-               world_size, workers, max_epochs, as_json):
-    """Run the loader on DATASET (or a --recipe mixture) without a trainer; print tokens/s and a digest."""
+               world_size, workers, max_epochs, cache_dir, cache_limit, storage_options, as_json):
+    """Run the loader on DATASET (or a --recipe mixture) without a trainer; print tokens/s and a digest.
+
+    DATASET is a dataset directory or a remote URL (s3://, gs://, az://, ...) streamed through a bounded
+    local block cache.
+    """
     if (dataset is None) == (recipe is None):
-        raise click.UsageError("give either a DATASET directory or --recipe FILE (not both)")
+        raise click.UsageError("give either a DATASET directory or URL, or --recipe FILE (not both)")
+    remote = dataset is not None and is_remote(dataset)
+    if dataset is not None and not remote and not os.path.isdir(dataset):
+        raise click.BadParameter(f"{dataset!r} is not a directory (nor a remote URL such as s3://bucket/ds)",
+                                 param_hint="DATASET")
+    cache_flags = [f for f, v in (("--cache-dir", cache_dir), ("--cache-limit", cache_limit),
+                                  ("--storage-option", storage_options)) if v is not None]
+    if cache_flags and not remote:
+        raise click.UsageError(f"{cache_flags[0]} applies to a remote DATASET URL only")
     if recipe is not None:
         given = [n for n in _LOADER_ONLY if ctx.get_parameter_source(n) is ParameterSource.COMMANDLINE]
         if given:
@@ -71,12 +93,15 @@ def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, sh
     if strict:
         raise click.UsageError("--strict applies to --recipe only")
     loader = Loader(dataset, seq_len=seq_len, seed=seed, batch_schedule=ramp or batch_size, shuffle=shuffle,
-                    rank=rank, world_size=world_size, max_epochs=max_epochs)
+                    rank=rank, world_size=world_size, max_epochs=max_epochs, cache_dir=cache_dir,
+                    cache_limit=cache_limit, storage_options=storage_options)
     if start_step:
         loader.load_state_dict(loader.state_at(start_step))
     report = _run(loader, steps, workers, as_json)
     out = {"dataset": dataset, **_common(report, rank, world_size, workers),
            "state_after": loader.state_at(report.last_batch + 1) if report.batches else None}
+    if remote:
+        out["cache"] = loader.dataset.stats()
     if as_json:
         click.echo(json.dumps(out, indent=2))
         return
@@ -88,6 +113,10 @@ def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, sh
         click.echo(f"  reads: {m['bytes_copied'] / 2**20:.1f} MiB copied, {m['epoch_distinct_blocks']} distinct "
                    f"shuffle blocks this epoch, {m['groups_entered']} groups entered, "
                    f"{m['bytes_prefetched'] / 2**20:.0f} MiB hinted ahead")
+    if remote and workers == 0:  # (with workers, each worker process has its own downloads)
+        c = loader.dataset.stats()
+        click.echo(f"  cache: {c['bytes_downloaded'] / 2**20:.1f} MiB downloaded in {c['blocks_downloaded']} blocks, "
+                   f"{c['blocks_verified']} cached blocks re-verified, waited {c['wait_seconds']:.2f} s")
     click.echo(f"  digest {report.digest}")
 
 

@@ -334,9 +334,10 @@ class Loader(UnitIndex):
         self._group = (epoch, group)
         if not self.readahead.enabled or self.shuffle.mode is ShuffleMode.FULL:
             return
-        nxt = (epoch, group + 1) if group + 1 < self.order.num_groups else (epoch + 1, 0)
-        self.readahead.enter_group(epoch, group, self.order.blocks_of_group(epoch, group),
-                                   self.order.blocks_of_group(*nxt))
+        order = self.order
+        self.readahead.enter_group(epoch, group, order.blocks_of_group(epoch, group),
+                                   order.blocks_of_group(*order.group_after(epoch, group)),
+                                   later=lambda k: order.blocks_of_group(*order.group_after(epoch, group, k)))
 
     # -- units: what one DataLoader item is (a micro-batch, or the rank's whole batch) ------------------------
     def _samples_before(self, batch: int) -> int:

@@ -181,13 +181,18 @@ class Readahead:
             finally:
                 os.close(fd)
 
-    def enter_group(self, epoch: int, group: int, blocks: np.ndarray, next_blocks: np.ndarray | None) -> None:
-        """Called when delivery reaches a new group: hint it and the next, release groups before it."""
+    def enter_group(self, epoch: int, group: int, blocks: np.ndarray, next_blocks: np.ndarray | None, *,
+                    later: Callable[[int], np.ndarray] | None = None) -> None:
+        """Called when delivery reaches a new group: hint it and the next, release groups before it.
+
+        `later(k)` gives the blocks of the k-th group after this one (k ≥ 2): a remote dataset fetches
+        that far ahead (its `lookahead_groups`) so downloads never wait for delivery to enter a group.
+        """
         if not self.enabled:
             return
         self.metrics.groups_entered += 1
         if self._remote is not None:
-            self._remote.enter_group(epoch, group, blocks, next_blocks)
+            self._remote.enter_group(epoch, group, blocks, next_blocks, later=later)
             return
         wanted = np.unique(np.concatenate([b for b in (blocks, next_blocks) if b is not None]))
         release = []

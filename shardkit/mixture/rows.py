@@ -109,5 +109,6 @@ class ChunkRows:
                 if entered.get(key) == (e, g):
                     continue
                 entered[key] = (e, g)
-                nxt = (e, g + 1) if g + 1 < order.num_groups else (e + 1, 0)
-                stream.readahead.enter_group(e, g, order.blocks_of_group(e, g), order.blocks_of_group(*nxt))
+                stream.readahead.enter_group(
+                    e, g, order.blocks_of_group(e, g), order.blocks_of_group(*order.group_after(e, g)),
+                    later=lambda k, o=order, e=e, g=g: o.blocks_of_group(*o.group_after(e, g, k)))

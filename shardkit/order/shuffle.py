@@ -169,6 +169,11 @@ class SampleOrder:
         start = g * self.group_samples
         return start, self.num_samples if g == self.num_groups - 1 else start + self.group_samples
 
+    def group_after(self, epoch: int, group: int, k: int = 1) -> tuple[int, int]:
+        """The (epoch, group) delivery reaches `k` groups after (epoch, group), across epoch ends."""
+        at = group + k
+        return epoch + at // self.num_groups, at % self.num_groups
+
     def blocks_of_group(self, epoch: int, group: int) -> np.ndarray:
         """Block ids read while the epoch is in `group` (the tail block `full_blocks` joins the last group)."""
         e, g = nonneg_int("epoch", epoch), self._check_group(group)

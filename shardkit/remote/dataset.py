@@ -64,7 +64,7 @@ class RemoteConfig:
     cache_dir: str | os.PathLike[str] | None = None
     cache_limit: int | str | None = None  # bytes (or "20GiB") for everything in cache_dir, all datasets
     storage_options: dict[str, Any] | None = None
-    lookahead_groups: int = 1  # 0: only the current shuffle group; 1: and the next (what the loader announces)
+    lookahead_groups: int = 4  # shuffle groups fetched ahead of the current one (0: only the current one)
     lookahead_bytes: int | str | None = None  # cap on what is pinned ahead per reader; None: half the limit
     fetch_workers: int = 4  # parallel range downloads per process
     retry: RetryPolicy = field(default_factory=RetryPolicy)
@@ -80,9 +80,10 @@ class RemoteConfig:
         object.__setattr__(self, "cache_dir", Path(self.cache_dir) if self.cache_dir else default_cache_dir())
         if not isinstance(self.cache_limit, int) or self.cache_limit <= 0:
             raise ConfigError(f"cache_limit must be a positive size, got {self.cache_limit!r}")
-        if self.lookahead_groups not in (0, 1):
-            raise ConfigError(f"lookahead_groups must be 0 or 1 (the loader announces the next group only), "
-                              f"got {self.lookahead_groups!r}; use lookahead_bytes to bound prefetch by size")
+        if isinstance(self.lookahead_groups, bool) or not isinstance(self.lookahead_groups, int) or not (
+                0 <= self.lookahead_groups <= 64):
+            raise ConfigError(f"lookahead_groups must be an integer from 0 to 64, got {self.lookahead_groups!r}; "
+                              "bound prefetch by size with lookahead_bytes")
         if self.fetch_workers < 1 or self.mismatch_retries < 1:
             raise ConfigError("fetch_workers and mismatch_retries must be at least 1")
 

@@ -4,11 +4,13 @@
   chunk (`upcoming`, the exact rows to come, in order). Copying never reads a block that is not ready
   (a hole would read as zeros: silently wrong data), and blocks stay pinned until the gate's next read.
 * `GroupPrefetch` — stands in for the page-cache hints of `Readahead.enter_group`: when delivery enters a
-  shuffle group it pins and fetches that group's blocks and then the next group's, and releases the
-  groups before (delivery is in order, so they are finished and may be evicted).
+  shuffle group it pins and fetches that group's blocks and then the next `lookahead_groups` groups',
+  and releases the groups before (delivery is in order, so they are finished and may be evicted).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -92,7 +94,7 @@ def width_fits(width: int, blocks: BlockMap) -> bool:
 
 
 class GroupPrefetch:
-    """`Readahead.enter_group` for a remote dataset: the current group's blocks, then the next group's."""
+    """`Readahead.enter_group` for a remote dataset: the current group's blocks, then the next groups'."""
 
     def __init__(self, fetcher: Fetcher, blocks: BlockMap, seq_len: int, block_samples: int, *,
                  lookahead_groups: int, lookahead_bytes: int | None) -> None:
@@ -111,8 +113,16 @@ class GroupPrefetch:
         lo = b * self.block_tokens
         return self.blocks.token_ranges(lo, lo + self.block_tokens + 1, ordered=True)
 
-    def enter_group(self, epoch: int, group: int, blocks: np.ndarray, next_blocks: np.ndarray | None) -> None:
-        parts = [blocks] + ([next_blocks] if self.lookahead_groups >= 1 and next_blocks is not None else [])
+    def enter_group(self, epoch: int, group: int, blocks: np.ndarray, next_blocks: np.ndarray | None, *,
+                    later: Callable[[int], np.ndarray] | None = None) -> None:
+        """Pin and fetch this group's blocks, then the next `lookahead_groups` groups' (in that order, up to
+        `lookahead_bytes`); release the rest. Two or more groups ahead keep every download thread busy
+        while delivery waits for the next group: with one, the threads idle at each group boundary."""
+        parts = [blocks]
+        if self.lookahead_groups >= 1 and next_blocks is not None:
+            parts.append(next_blocks)
+            if later is not None:
+                parts += [later(k) for k in range(2, self.lookahead_groups + 1)]
         gids = self.gids_of(np.concatenate(parts))
         self._window.set(_cap(gids, self.fetcher.cache.charge, self.lookahead_bytes))
 

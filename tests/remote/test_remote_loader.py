@@ -121,6 +121,23 @@ def test_remote_stream_equals_local_stream_across_resume(s3, local, tmp_path, sh
     ld.dataset.close()
 
 
+@pytest.mark.parametrize("ahead", [0, 1, 3])
+def test_prefetch_pins_exactly_the_groups_ahead(s3, local, tmp_path, ahead):
+    """Entering a group pins (and queues) its blocks and those of the next `lookahead_groups` groups, in
+    delivery order across the epoch end, and nothing else."""
+    url = _upload(s3, local)
+    with _open(s3, url, tmp_path / "cache", 64 << 20, lookahead_groups=ahead) as ds:
+        ld = Loader(ds, shuffle="block", **STREAM)
+        next(iter(ld))
+        order, window = ld.order, ld.readahead._remote
+        assert order.num_groups >= 2
+        groups = [order.group_after(0, 0, k) for k in range(ahead + 1)]
+        want = np.unique(window.gids_of(np.concatenate([order.blocks_of_group(*g) for g in groups])))
+        assert order.num_groups > ahead + 1
+        assert np.array_equal(window._window.gids, want)  # the group window's own pins
+        assert set(want.tolist()) <= set(np.flatnonzero(ds.fetcher.refs > 0).tolist())
+
+
 def test_cache_never_exceeds_its_limit_measured_in_st_blocks(s3, local, tmp_path):
     url = _upload(s3, local)
     cache = tmp_path / "cache"

@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shardkit.errors import ConfigError
 from shardkit.order import SampleOrder, ShuffleConfig, ShuffleMode
@@ -120,3 +122,15 @@ def test_bad_arguments():
         o.block_bounds(np.array([13]))
     with pytest.raises(ConfigError, match="num_samples"):
         SampleOrder(0, ShuffleConfig(), 1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 400), st.integers(0, 3), st.integers(0, 40))
+def test_group_after_is_k_single_steps_across_epochs(n, epoch, k):
+    """What the remote prefetch asks for k groups ahead is where delivery really is k groups later."""
+    o = _order(n)
+    g0 = (epoch * 7) % o.num_groups
+    e, g = epoch, g0
+    for _ in range(k):
+        e, g = (e, g + 1) if g + 1 < o.num_groups else (e + 1, 0)
+    assert o.group_after(epoch, g0, k) == (e, g)
