@@ -12,9 +12,11 @@ Ray is optional: `pip install 'shardkit[ray]'`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,15 +87,18 @@ class RayExecutor:
 
     def run(self, configs: Sequence[PackConfig], board: ProgressBoard) -> list[TaskOutcome]:
         ray = import_ray()
-        started = not ray.is_initialized()
-        if started:
-            ray.init(address=self.address, include_dashboard=False, logging_level=logging.WARNING,
-                     log_to_driver=False, **self.init_options)
-        try:
-            return self._run(ray, configs, board)
-        finally:
+        # a driver prints Ray's error messages (a worker died, the task will be retried) to stdout even
+        # with log_to_driver=False; they belong on stderr, not in `shardkit pack --json`'s output
+        with contextlib.redirect_stdout(sys.stderr):
+            started = not ray.is_initialized()
             if started:
-                ray.shutdown()
+                ray.init(address=self.address, include_dashboard=False, logging_level=logging.WARNING,
+                         log_to_driver=False, **self.init_options)
+            try:
+                return self._run(ray, configs, board)
+            finally:
+                if started:
+                    ray.shutdown()  # (joins the thread that prints those messages)
 
     def _run(self, ray: Any, configs: Sequence[PackConfig], board: ProgressBoard) -> list[TaskOutcome]:
         sink = ray.remote(num_cpus=0)(_ProgressSink).remote()
