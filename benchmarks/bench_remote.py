@@ -17,6 +17,9 @@ a Python process — expect its throughput, not AWS's):
     shard for --latency seconds (a link slower than this machine's CPUs, as a real object store is to a
     training node): does the loader then deliver what the network allows?
 
+  * compressed shards: the zstd ratio and verified decode speed of the real corpus (../shared/data, GPT-2)
+    at the default level 3 and 1 MiB frames, against a memcpy floor (bench_zstd.py has the full grid)
+
 On loopback the "network" is moto, a Python server on the same two cores, so the direct figures measure
 CPU contention between server and loader as much as the loader; the slow-network figures are the ones
 that say whether the loader keeps up with a network.
@@ -132,6 +135,7 @@ def main() -> None:
     ap.add_argument("--cache-root", type=Path, default=DATA, help="where the caches go (default bench-data/)")
     ap.add_argument("--latency", type=float, default=0.5, help="seconds added to each range GET (slow network)")
     ap.add_argument("--lookahead-groups", type=int, default=None, help="RemoteConfig.lookahead_groups (default: its own)")
+    ap.add_argument("--no-zstd", action="store_true", help="skip the compressed-shard figures")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     os.environ.update(CREDENTIALS_ENV)
@@ -200,6 +204,13 @@ def main() -> None:
                     out["slow_cold_tok_s"] = tokens / secs
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if not args.no_zstd:
+        import bench_zstd  # the real corpus packed once; one row of its grid
+        with tempfile.TemporaryDirectory(dir=args.cache_root) as scratch:
+            z = bench_zstd.bench_dataset(bench_zstd.shared_corpus_dataset(), [3], [1 << 20], 64 << 20, 3,
+                                         Path(scratch))["runs"][0]
+        out.update(zstd_ratio=z["ratio"], zstd_decode_mb_s=z["decompress_mb_s_cpu"],
+                   zstd_vs_memcpy=z["vs_memcpy_cpu"])
     if args.json:
         print(json.dumps(out))
         return
@@ -221,6 +232,9 @@ def main() -> None:
     print(f"  slow network (+{args.latency:.2f} s per range GET): floor {out['slow_floor_tok_s'] / 1e6:.1f} M tok/s, "
           f"remote cold cache {out['slow_cold_tok_s'] / 1e6:.1f} M tok/s = "
           f"{out['slow_cold_tok_s'] / out['slow_floor_tok_s']:.2f}x the network floor")
+    if "zstd_ratio" in out:
+        print(f"  zstd shards (real corpus, level 3, 1 MiB frames): ratio {out['zstd_ratio']:.2f}, verified decode "
+              f"{out['zstd_decode_mb_s']:.0f} MB/s per core = {out['zstd_vs_memcpy']:.1f}x a memcpy's time")
 
 
 if __name__ == "__main__":

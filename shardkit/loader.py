@@ -117,8 +117,8 @@ class Loader(UnitIndex):
                                    tokens_of=self.source.shard_tokens,
                                    enabled=config.readahead,
                                    evict=config.release == "evict")
-        if self.shuffle.mode is ShuffleMode.FULL:
-            self.source.on_map = self.readahead.advise_random
+        self.source.on_map = (self.readahead.advise_random if self.shuffle.mode is ShuffleMode.FULL
+                              else self.readahead.advise_hugepage)
         self._check_batch(0)
 
     @classmethod

@@ -35,6 +35,9 @@ except (OSError, AttributeError):  # pragma: no cover - non-glibc platforms
     _madvise = None
 
 
+_MADV_HUGEPAGE = getattr(mmap, "MADV_HUGEPAGE", None)
+
+
 def _advise_range(tokens: np.ndarray, start: int, length: int, advice: int) -> bool:
     """madvise on bytes [start, start+length) of the mapping behind `tokens`; False if refused."""
     if _madvise is None:
@@ -164,6 +167,19 @@ class Readahead:
     def advise_random(self, tokens: np.ndarray) -> None:
         if self.enabled and tokens.nbytes:
             _advise_range(tokens, 0, tokens.nbytes, mmap.MADV_RANDOM)
+
+    def advise_hugepage(self, tokens: np.ndarray) -> None:
+        """Block shuffle: ask for 2 MiB pages (MADV_HUGEPAGE) on a fresh mapping.
+
+        Each sample is a 4 KiB-ish window at a random place in its group, so with 4 KiB pages nearly every
+        window costs TLB misses: copying them ran at ~3 G tok/s, against ~5 G with PMD-mapped pages. Pages
+        the kernel reads for this mapping from now on (the group hints, the faults) come as 2 MiB folios
+        where the file system supports them; what is already cached in small pages stays so until it is
+        evicted (a finished group is, by default). Reads stay whole groups, so the coarser granularity
+        costs no read amplification. Not for full shuffle, where 2 MiB reads per 4 KiB window would.
+        """
+        if self.enabled and tokens.nbytes and _MADV_HUGEPAGE is not None:
+            _advise_range(tokens, 0, tokens.nbytes, _MADV_HUGEPAGE)
 
     def _evict(self, blocks: np.ndarray) -> None:
         """Drop finished blocks from the page cache (POSIX_FADV_DONTNEED), so the cache holds the working

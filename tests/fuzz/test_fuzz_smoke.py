@@ -38,3 +38,4 @@ def test_atheris_harness_runs_without_a_crash(name, tmp_path):
     outcome = run_target(name, 2, timeout=10, rss_limit_mb=2048, python=sys.executable, crashes_dir=tmp_path)
     assert outcome.ok, f"{name}: {outcome.crashes} {[p.read_bytes()[:200] for p in tmp_path.iterdir()]}"
     assert outcome.executions > 0
+    print(f"\nfuzz {name}: {outcome.executions:,} executions in 2 s, no crash")  # the counts in docs/reliability.md

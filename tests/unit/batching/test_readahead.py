@@ -136,3 +136,35 @@ def test_read_metrics_equal_a_per_step_count():
             assert m["epoch_distinct_blocks"] == len(seen[epoch])
             assert m["step_distinct_blocks"] == len(set(blocks[lo:hi].tolist()))
             assert m["step_bytes"] == (hi - lo) * 10
+
+
+def _vm_flags(path) -> list[set[str]]:
+    """The VmFlags of every mapping of `path` in this process (from /proc/self/smaps)."""
+    out, current = [], None
+    with open("/proc/self/smaps", encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    for line in lines:
+        fields = line.split()
+        if fields and "-" in fields[0] and len(fields) >= 5:  # a mapping's header line
+            current = fields[5] if len(fields) > 5 else None
+        elif line.startswith("VmFlags:") and current == str(path):
+            out.append(set(fields[1:]))
+    return out
+
+
+@pytest.mark.parametrize("shuffle, flag", [("block", "hg"), ("none", "hg"), ("full", "rr")])
+def test_mappings_are_advised_for_the_shuffle_mode(tmp_path, shuffle, flag):
+    """Block and no shuffle: 2 MiB pages (random 4 KiB windows are TLB-bound with small ones); full
+    shuffle: no read-around."""
+    from shardkit.loader import Loader
+    path = tmp_path / "ds"
+    rng = np.random.default_rng(1)
+    write_dataset(path, [rng.integers(0, 1000, 3000, dtype=np.uint16) for _ in range(4)])
+    ld = Loader(path, seq_len=SEQ, batch_schedule=4, shuffle=shuffle, seed=1)
+    next(iter(ld))
+    if not ld.readahead.enabled:
+        pytest.skip("madvise is not available here")
+    flags = _vm_flags(ld.dataset.shards[0].bin_path.resolve())
+    assert flags and all(flag in f for f in flags), flags
+    other = {"hg": "rr", "rr": "hg"}[flag]
+    assert not any(other in f for f in flags)
