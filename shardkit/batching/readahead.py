@@ -164,6 +164,13 @@ class Readahead:
         for shard in self.dataset.shards:
             self.advise_random(shard.tokens)
 
+    def huge_pages(self) -> None:
+        """`advise_hugepage` on every shard (for readers that keep them all mapped, like `random_access`)."""
+        if not self.enabled:
+            return
+        for shard in self.dataset.shards:
+            self.advise_hugepage(shard.tokens)
+
     def advise_random(self, tokens: np.ndarray) -> None:
         if self.enabled and tokens.nbytes:
             _advise_range(tokens, 0, tokens.nbytes, mmap.MADV_RANDOM)

@@ -125,8 +125,13 @@ def build_streams(recipe: Recipe, datasets: dict[str, Dataset], sources: tuple[s
             order = SampleOrder(window.num_samples, shuffle, stream_seed(recipe.seed, name, length))
             reads = ReadMetrics()
             hints = Readahead(ds, length, order.block, reads, enabled=readahead, evict=evict and name not in shared)
-            if order.mode is ShuffleMode.FULL:
-                hints.random_access()
             out[(j, length)] = SourceStream(name=name, index=j, seq_len=length, window=window, order=order,
                                             readahead=hints, reads=reads, epochs=recipe.source(name).epochs)
+    # mapping advice as in the Loader: 2 MiB pages for block/none shuffle, then no read-around for full
+    # shuffle (last, so a dataset that a full-shuffle source also reads gets MADV_RANDOM)
+    for stream in sorted(out.values(), key=lambda st: st.order.mode is ShuffleMode.FULL):
+        if stream.order.mode is ShuffleMode.FULL:
+            stream.readahead.random_access()
+        else:
+            stream.readahead.huge_pages()
     return out
