@@ -117,8 +117,7 @@ class Loader(UnitIndex):
                                    tokens_of=self.source.shard_tokens,
                                    enabled=config.readahead,
                                    evict=config.release == "evict")
-        self.source.on_map = (self.readahead.advise_random if self.shuffle.mode is ShuffleMode.FULL
-                              else self.readahead.advise_hugepage)
+        self.source.on_map = self.readahead.mapping_advice(full_shuffle=self.shuffle.mode is ShuffleMode.FULL)
         self._check_batch(0)
 
     @classmethod

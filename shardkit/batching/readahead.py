@@ -38,6 +38,26 @@ except (OSError, AttributeError):  # pragma: no cover - non-glibc platforms
 _MADV_HUGEPAGE = getattr(mmap, "MADV_HUGEPAGE", None)
 
 
+def advise_random(tokens: np.ndarray) -> None:
+    """Full shuffle: no kernel read-around on faults (MADV_RANDOM); neighbouring pages are not next."""
+    if tokens.nbytes:
+        _advise_range(tokens, 0, tokens.nbytes, mmap.MADV_RANDOM)
+
+
+def advise_hugepage(tokens: np.ndarray) -> None:
+    """Block (or no) shuffle: ask for 2 MiB pages (MADV_HUGEPAGE) on a fresh mapping.
+
+    Each sample is a 4 KiB-ish window at a random place in its group, so with 4 KiB pages nearly every
+    window costs TLB misses: copying them ran at ~3 G tok/s, against ~5 G with PMD-mapped pages. Pages
+    the kernel reads for this mapping from now on (the group hints, the faults) come as 2 MiB folios
+    where the file system supports them; what is already cached in small pages stays so until it is
+    evicted (a finished group is, by default). Reads stay whole groups, so the coarser granularity
+    costs no read amplification. Not for full shuffle, where 2 MiB reads per 4 KiB window would.
+    """
+    if tokens.nbytes and _MADV_HUGEPAGE is not None:
+        _advise_range(tokens, 0, tokens.nbytes, _MADV_HUGEPAGE)
+
+
 def _advise_range(tokens: np.ndarray, start: int, length: int, advice: int) -> bool:
     """madvise on bytes [start, start+length) of the mapping behind `tokens`; False if refused."""
     if _madvise is None:
@@ -156,37 +176,26 @@ class Readahead:
         return done
 
     def random_access(self) -> None:
-        """Full shuffle: no kernel read-around on faults (MADV_RANDOM); neighbouring pages are not next.
-        Maps every shard: for readers that keep them all mapped (the mixture's address space); the Loader
-        advises each mapping as it makes it instead (`advise_random` as `WindowSource.on_map`)."""
-        if not self.enabled:
-            return
-        for shard in self.dataset.shards:
-            self.advise_random(shard.tokens)
+        """Full shuffle: `advise_random` on every shard. Maps every shard: for readers that keep them all
+        mapped (the mixture's address space); the Loader advises each mapping as it makes it instead
+        (`mapping_advice` as `WindowSource.on_map`)."""
+        if self.enabled:
+            for shard in self.dataset.shards:
+                advise_random(shard.tokens)
 
     def huge_pages(self) -> None:
         """`advise_hugepage` on every shard (for readers that keep them all mapped, like `random_access`)."""
+        if self.enabled:
+            for shard in self.dataset.shards:
+                advise_hugepage(shard.tokens)
+
+    def mapping_advice(self, full_shuffle: bool) -> Callable[[np.ndarray], None] | None:
+        """What to call on each fresh shard mapping (None when hints are off). A module function, not a
+        method: the reader stores it, and a reference back to this object would make a cycle that keeps
+        every mapping (and descriptor) of a dropped loader alive until the garbage collector runs."""
         if not self.enabled:
-            return
-        for shard in self.dataset.shards:
-            self.advise_hugepage(shard.tokens)
-
-    def advise_random(self, tokens: np.ndarray) -> None:
-        if self.enabled and tokens.nbytes:
-            _advise_range(tokens, 0, tokens.nbytes, mmap.MADV_RANDOM)
-
-    def advise_hugepage(self, tokens: np.ndarray) -> None:
-        """Block shuffle: ask for 2 MiB pages (MADV_HUGEPAGE) on a fresh mapping.
-
-        Each sample is a 4 KiB-ish window at a random place in its group, so with 4 KiB pages nearly every
-        window costs TLB misses: copying them ran at ~3 G tok/s, against ~5 G with PMD-mapped pages. Pages
-        the kernel reads for this mapping from now on (the group hints, the faults) come as 2 MiB folios
-        where the file system supports them; what is already cached in small pages stays so until it is
-        evicted (a finished group is, by default). Reads stay whole groups, so the coarser granularity
-        costs no read amplification. Not for full shuffle, where 2 MiB reads per 4 KiB window would.
-        """
-        if self.enabled and tokens.nbytes and _MADV_HUGEPAGE is not None:
-            _advise_range(tokens, 0, tokens.nbytes, _MADV_HUGEPAGE)
+            return None
+        return advise_random if full_shuffle else advise_hugepage
 
     def _evict(self, blocks: np.ndarray) -> None:
         """Drop finished blocks from the page cache (POSIX_FADV_DONTNEED), so the cache holds the working
