@@ -54,7 +54,7 @@ from .blocks import (
     used_bytes,
 )
 
-__all__ = ["CacheError", "CacheRoot", "DatasetCache", "allocated_bytes"]
+__all__ = ["CacheError", "CacheFull", "CacheRoot", "DatasetCache", "allocated_bytes"]
 
 _STATE_MAGIC = b"SKRCACHE"
 _STATE_VERSION = 1
@@ -76,6 +76,11 @@ except (OSError, AttributeError):  # pragma: no cover - non-glibc platforms
 
 class CacheError(ShardkitError):
     """The local cache cannot work as configured (unsupported file system, too small, damaged)."""
+
+
+class CacheFull(CacheError):
+    """No room right now: every block that could make room is pinned or being downloaded (by this process
+    or others). A download thread meeting it waits like a block that found the cache full (`Fetcher`)."""
 
 
 def allocated_bytes(path: Path) -> int:
@@ -362,8 +367,8 @@ class DatasetCache:
         """Charge a metadata file about to be written (evicting finished blocks for it)."""
         with self.root.locked():
             if not self.root.make_room(nbytes):
-                raise CacheError(f"{self.root.path}: cache_limit {self.root.limit:,} bytes is full of blocks in "
-                                 f"use; no room for {nbytes:,} bytes of metadata: raise cache_limit")
+                raise CacheFull(f"{self.root.path}: cache_limit {self.root.limit:,} bytes is full of blocks in "
+                                f"use; no room for {nbytes:,} bytes of metadata: raise cache_limit")
             self.add_meta(nbytes)
 
     def release_meta(self, nbytes: int) -> None:

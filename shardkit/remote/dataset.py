@@ -289,7 +289,7 @@ def _fetcher_of(cache: DatasetCache, remote: _Remote, config: RemoteConfig) -> F
     f = cache.fetcher
     if f is None:
         f = Fetcher(cache, remote.download, remote.verify_present, workers=config.fetch_workers,
-                    stall_timeout=config.stall_timeout)
+                    stall_timeout=config.stall_timeout, prepare=remote._block)
         cache.fetcher = f
     return f
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .blocks import PRESENT, RESERVED
-from .cache import CacheError, DatasetCache, ofd_lock
+from .cache import CacheError, CacheFull, DatasetCache, ofd_lock
 
 __all__ = ["URGENT", "CHUNK", "GROUP", "Fetcher", "PinSet"]
 
@@ -43,11 +43,13 @@ class Fetcher:
     """Downloads and pins one dataset's cache blocks for this process (one per dataset and process)."""
 
     def __init__(self, cache: DatasetCache, download: Callable[[int], bytes], verify: Callable[[int], bool], *,
-                 workers: int = 4, stall_timeout: float = 300.0) -> None:
+                 workers: int = 4, stall_timeout: float = 300.0, prepare: Callable[[int], object] | None = None
+                 ) -> None:
         self.cache = cache
         self.n = cache.blocks.num_blocks
         self._download = download
         self._verify = verify
+        self._prepare = prepare  # fetches what checking block g needs (its shard's sidecar) before space is taken
         self.workers = max(1, workers)
         self.stall_timeout = stall_timeout
         self.metrics = {"blocks_downloaded": 0, "bytes_downloaded": 0, "blocks_verified": 0,
@@ -260,6 +262,9 @@ class Fetcher:
             prio, g = job
             try:
                 self._fetch(g, prio)
+            except CacheFull:  # no room for a metadata file the block needs: wait as for the block itself
+                with self._cond:
+                    (self._nospace if prio == URGENT else self._parked).add(g)
             except BaseException as e:  # handed to the reader that waits for this block
                 with self._cond:
                     self._errors[g] = e
@@ -275,6 +280,8 @@ class Fetcher:
 
     def _fetch(self, g: int, prio: int) -> None:
         cache = self.cache
+        if self._prepare is not None:  # before the block is reserved: its charge must not crowd the sidecar out
+            self._prepare(g)
         with cache._inflight_lock:
             cache.inflight.add(g)
         ofd_lock(cache.own_fd, fcntl.F_WRLCK, 2 * g + 1, wait=True)  # another process may be downloading it
