@@ -239,8 +239,10 @@ class Readahead:
             self._hinted.update(todo.tolist())
             self._held.append((epoch, group, blocks))
         if release or todo.size:
-            self._worker = threading.Thread(target=self._work, args=([todo] if todo.size else [], release),
-                                            daemon=True)
+            # each hint thread first waits for the one before it: hints and releases happen in delivery
+            # order, and two threads never update the metrics at once (a lost += was seen in CI)
+            self._worker = threading.Thread(target=self._work, args=(self._worker, [todo] if todo.size else [],
+                                                                     release), daemon=True)
             self._worker.start()
 
     def wait(self) -> None:
@@ -248,7 +250,9 @@ class Readahead:
         if self._worker is not None:
             self._worker.join()
 
-    def _work(self, prefetch: list[np.ndarray], release: list[np.ndarray]) -> None:
+    def _work(self, before: threading.Thread | None, prefetch: list[np.ndarray], release: list[np.ndarray]) -> None:
+        if before is not None:
+            before.join()
         for blocks in release:
             self.metrics.bytes_released += self._advise(blocks, mmap.MADV_DONTNEED)
             if self.evict:

@@ -108,12 +108,12 @@ def test_evict_drops_finished_blocks_from_the_page_cache(dataset):
     with open(path, "rb") as f:
         f.read()  # bring the whole file into the page cache
     assert _resident_pages(path) > 0
-    ra._work([], [np.array([0])])  # unmap, then evict (mapped pages cannot be evicted)
+    ra._work(None, [], [np.array([0])])  # unmap, then evict (mapped pages cannot be evicted)
     assert _resident_pages(path) == 0
     kept = Readahead(dataset, SEQ, dataset.shards[0].num_tokens // SEQ + 1, metrics, evict=False)
     with open(path, "rb") as f:
         f.read()
-    kept._work([], [np.array([0])])
+    kept._work(None, [], [np.array([0])])
     assert _resident_pages(path) > 0  # release="unmap": the pages stay cached for other readers
 
 
