@@ -36,11 +36,11 @@ pytest.importorskip("s3fs", reason="remote tests need the test extra: pip instal
 pytest.importorskip("moto.server", reason="remote tests need moto[server] (the test extra)")
 
 from support.faulty_proxy import Action, FaultyProxy, Rule  # noqa: E402
-from support.s3server import CREDENTIALS_ENV, MotoServer, s3_storage_options  # noqa: E402
+from support.remote_cache import cache_state, set_aws_test_env, verify_present  # noqa: E402
+from support.s3server import MotoServer, s3_storage_options  # noqa: E402
 
-from shardkit.format.checksums import ShardChecksums, digest_bytes  # noqa: E402
 from shardkit.loader import Loader  # noqa: E402
-from shardkit.remote.blocks import PRESENT, RESERVED, charge_of  # noqa: E402
+from shardkit.remote.blocks import RESERVED, charge_of  # noqa: E402
 from shardkit.remote.cache import allocated_bytes, ofd_lock  # noqa: E402
 from shardkit.remote.dataset import RemoteConfig, open_remote_dataset  # noqa: E402
 from shardkit.remote.prefetch import PinSet  # noqa: E402
@@ -143,10 +143,7 @@ def remote(tmp_path_factory) -> Iterator[dict]:
     local = base / "ds"
     write_dataset(local, docs, max_tokens_per_shard=70_000, checksum_block_size=BLOCK)
     env = pytest.MonkeyPatch()
-    for k, v in CREDENTIALS_ENV.items():
-        env.setenv(k, v)
-    for k in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
-        env.delenv(k, raising=False)
+    set_aws_test_env(env)
     server = MotoServer.start(log_dir=str(base))
     proxy = FaultyProxy.start(server.port)
     try:
@@ -220,19 +217,7 @@ def _limit(remote: dict) -> int:
 
 
 def _verify_present(ds_dir: Path) -> int:
-    """Every PRESENT block of the cache holds exactly its bytes; returns how many there are."""
-    manifest = json.loads((ds_dir / "manifest.json").read_bytes())
-    state = _state(ds_dir)
-    gid, count = 0, 0
-    for e in manifest["shards"]:
-        sums = ShardChecksums.read(ds_dir / f"{e['name']}.sum.json").files[f"{e['name']}.bin"]
-        data = (ds_dir / f"{e['name']}.bin").read_bytes()
-        for i, want in enumerate(sums.blocks if e["bin_bytes"] else []):
-            if state[gid] == PRESENT:
-                assert digest_bytes(data[i * BLOCK:(i + 1) * BLOCK]) == want, f"{e['name']} block {i} is torn"
-                count += 1
-            gid += 1
-    return count
+    return verify_present(ds_dir, BLOCK)
 
 
 def test_eight_processes_share_one_cache_and_download_every_block_once(pool, remote, expected, tmp_path):
@@ -261,8 +246,7 @@ def test_eight_processes_share_one_cache_and_download_every_block_once(pool, rem
 
 
 def _state(ds_dir: Path) -> np.ndarray:
-    raw = (ds_dir / "state").read_bytes()
-    return np.frombuffer(raw, dtype=np.uint8, count=int.from_bytes(raw[16:24], "little"), offset=64).copy()
+    return cache_state(ds_dir)
 
 
 def _reserved(ds_dir: Path) -> tuple[int, int]:

@@ -22,7 +22,8 @@ from faults_support import can_mount, resize_tmpfs, tmpfs
 pytest.importorskip("s3fs", reason="remote tests need the test extra: pip install -e '.[test]'")
 pytest.importorskip("moto.server", reason="remote tests need moto[server] (the test extra)")
 
-from support.s3server import CREDENTIALS_ENV, MotoServer  # noqa: E402
+from support.remote_cache import set_aws_test_env  # noqa: E402
+from support.s3server import MotoServer  # noqa: E402
 
 from shardkit.errors import ShardkitError  # noqa: E402
 from shardkit.loader import Loader  # noqa: E402
@@ -52,10 +53,7 @@ def remote(tmp_path_factory) -> Iterator[tuple[Path, str, dict]]:
     local = tmp_path_factory.mktemp("cache-full") / "ds"
     write_dataset(local, docs, max_tokens_per_shard=300_000, checksum_block_size=BLOCK)
     env = pytest.MonkeyPatch()
-    for k, v in CREDENTIALS_ENV.items():
-        env.setenv(k, v)
-    for k in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
-        env.delenv(k, raising=False)
+    set_aws_test_env(env)
     server = MotoServer.start(log_dir=str(tmp_path_factory.mktemp("moto")))
     try:
         bucket = server.create_bucket()

@@ -21,7 +21,8 @@ pytest.importorskip("s3fs", reason="remote tests need the test extra: pip instal
 pytest.importorskip("moto.server", reason="remote tests need moto[server] (the test extra)")
 
 from support.faulty_proxy import FaultyProxy  # noqa: E402
-from support.s3server import CREDENTIALS_ENV, MotoServer, s3_storage_options  # noqa: E402
+from support.remote_cache import set_aws_test_env
+from support.s3server import MotoServer, s3_storage_options  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -67,11 +68,7 @@ def faulty_proxy(s3_server: MotoServer) -> Iterator[FaultyProxy]:
 @pytest.fixture()
 def aws_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """The dummy credentials in the environment (and no profile or endpoint from the developer's)."""
-    for k, v in CREDENTIALS_ENV.items():
-        monkeypatch.setenv(k, v)
-    for k in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
-        monkeypatch.delenv(k, raising=False)
-    return dict(CREDENTIALS_ENV)
+    return set_aws_test_env(monkeypatch)
 
 
 @pytest.fixture()

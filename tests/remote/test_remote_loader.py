@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from support.faulty_proxy import Action, Rule
+from support.remote_cache import verify_present
 
 from shardkit.errors import IntegrityError, RemoteError
-from shardkit.format.checksums import ShardChecksums, digest_bytes
 from shardkit.loader import Loader
-from shardkit.remote.blocks import PRESENT, RESERVED
+from shardkit.remote.blocks import RESERVED
 from shardkit.remote.cache import allocated_bytes
 from shardkit.remote.dataset import RemoteConfig, open_remote_dataset
 from shardkit.remote.retry import RetryPolicy
@@ -89,21 +89,7 @@ def _bin_gets(proxy) -> int:
 
 
 def _verify_present(ds_dir: Path) -> int:
-    """Every PRESENT block of the cache holds exactly its bytes; returns how many there are."""
-    manifest = json.loads((ds_dir / "manifest.json").read_bytes())
-    state_raw = (ds_dir / "state").read_bytes()
-    n = int.from_bytes(state_raw[16:24], "little")
-    state = np.frombuffer(state_raw, dtype=np.uint8, count=n, offset=64)
-    gid, count = 0, 0
-    for e in manifest["shards"]:
-        sums = ShardChecksums.read(ds_dir / f"{e['name']}.sum.json").files[f"{e['name']}.bin"]
-        data = (ds_dir / f"{e['name']}.bin").read_bytes()
-        for i, want in enumerate(sums.blocks if e["bin_bytes"] else []):
-            if state[gid] == PRESENT:
-                assert digest_bytes(data[i * BLOCK:(i + 1) * BLOCK]) == want, f"{e['name']} block {i}"
-                count += 1
-            gid += 1
-    return count
+    return verify_present(ds_dir, BLOCK)
 
 
 @pytest.mark.parametrize("shuffle", ["block", "full"])
