@@ -16,14 +16,12 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
-import time
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import fsspec
-import numpy as np
 
 from ..errors import ConfigError, IntegrityError, ManifestError
 from ..format.atomic import atomic_write_bytes
@@ -33,7 +31,7 @@ from ..format.idx import IndexFile
 from ..format.manifest import MANIFEST_NAME, Manifest, ShardEntry
 from ..units import parse_bytes
 from .blocks import charge_of
-from .cache import CacheFull, CacheRoot, DatasetCache, ofd_lock
+from .cache import CacheRoot, DatasetCache, ofd_lock
 from .fs import filesystem, is_remote
 from .gate import GroupPrefetch, ReadGate
 from .prefetch import Fetcher
@@ -144,7 +142,7 @@ class _Remote:
                     raise IntegrityError(self.url_of(name), f"{problem} after {self.config.mismatch_retries} "
                                                             "downloads; the remote dataset is damaged: re-upload it")
                 need = int(charge_of(len(raw)))
-                self._reserve_meta(need)
+                self.cache.reserve_meta(need)
                 try:
                     with self.cache.root.space_errors(f"writing {local}"):
                         atomic_write_bytes(local, raw)
@@ -156,25 +154,6 @@ class _Remote:
                 return raw
             finally:
                 ofd_lock(self.cache.own_fd, fcntl.F_UNLCK, lock_at, wait=False)
-
-    def _reserve_meta(self, need: int) -> None:
-        """Charge a metadata file, waiting for room like a block read does (`Fetcher._wait`).
-
-        On a download thread `CacheFull` goes straight up: the Fetcher parks the block and retries. On a
-        reader's thread (a shard's index, needed for document boundaries) this process's prefetch pins are
-        given up first, then other processes' pins are waited for, up to `stall_timeout`.
-        """
-        deadline = time.monotonic() + self.config.stall_timeout
-        while True:
-            try:
-                self.cache.reserve_meta(need)
-                return
-            except CacheFull:
-                if threading.current_thread().name.startswith("shardkit-fetch-") or time.monotonic() > deadline:
-                    raise
-                fetcher = self.cache.fetcher
-                if fetcher is None or not fetcher._drop_window_pins(keep=np.zeros(0, dtype=np.int64)):
-                    time.sleep(0.05)
 
     def sums(self, s: int) -> ShardChecksums:
         got = self._sums.get(s)
