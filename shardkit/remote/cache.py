@@ -65,6 +65,17 @@ _PUNCH = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
 _SEEK_DATA = getattr(os, "SEEK_DATA", 3)
 _SEEK_HOLE = getattr(os, "SEEK_HOLE", 4)
 _SPACE = (errno.ENOSPC, errno.EDQUOT)
+# serialises the per-process re-initialisation after a fork: several threads of a fresh child may notice
+# the new pid at once, and two re-inits would leave a thread unlocking another descriptor than it locked
+_reinit_lock = threading.Lock()
+
+
+def _fresh_reinit_lock() -> None:
+    global _reinit_lock
+    _reinit_lock = threading.Lock()  # a parent thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_fresh_reinit_lock)
 
 try:
     _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
@@ -148,10 +159,11 @@ class CacheRoot:
             return root
 
     def _reinit(self) -> None:
-        """(Re)open the lock file: after a fork the child must not share the parent's open file description."""
-        self._pid = os.getpid()
+        """(Re)open the lock file: after a fork the child must not share the parent's open file description.
+        The pid is set last: another thread sees the new process only once its lock and descriptor exist."""
         self._thread_lock = threading.Lock()
         self._lock_fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        self._pid = os.getpid()
 
     def _probe_punch(self) -> None:
         probe = self.path / f".probe-{os.getpid()}"
@@ -194,13 +206,16 @@ class CacheRoot:
     def locked(self) -> Iterator[None]:
         """The accounting lock: threads of this process, then processes (flock on `.lock`)."""
         if self._pid != os.getpid():
-            self._reinit()
-        with self._thread_lock:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            with _reinit_lock:
+                if self._pid != os.getpid():
+                    self._reinit()
+        lock, fd = self._thread_lock, self._lock_fd  # unlock exactly what was locked
+        with lock:
+            fcntl.flock(fd, fcntl.LOCK_EX)
             try:
                 yield
             finally:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                fcntl.flock(fd, fcntl.LOCK_UN)
 
     # -- accounting (call under `locked()`) --------------------------------------------------------------------
     def _all_datasets(self) -> list[DatasetCache]:
@@ -327,12 +342,12 @@ class DatasetCache:
 
     def _reinit(self) -> None:
         """Per-process lock descriptors: pins through one, downloads/evictions through the other, so this
-        process's own evictor conflicts with its own readers' pins."""
-        self._pid = os.getpid()
+        process's own evictor conflicts with its own readers' pins. The pid is set last (see CacheRoot)."""
         self.pin_fd = os.open(self.dir / "locks", os.O_RDWR)
         self.own_fd = os.open(self.dir / "locks", os.O_RDWR)
         self._inflight_lock = threading.Lock()
         self.inflight = set()
+        self._pid = os.getpid()
 
     def close(self) -> None:
         """Close this process's descriptors (which drops every lock it holds) and forget the dataset."""
@@ -346,10 +361,12 @@ class DatasetCache:
 
     def check_fork(self) -> None:
         if self._pid != os.getpid():
-            for fd in (self.pin_fd, self.own_fd):
-                with contextlib.suppress(OSError):
-                    os.close(fd)  # the parent's descriptions stay open in the parent: its locks survive
-            self._reinit()
+            with _reinit_lock:  # once per child, whichever of its threads gets here first
+                if self._pid != os.getpid():
+                    for fd in (self.pin_fd, self.own_fd):
+                        with contextlib.suppress(OSError):
+                            os.close(fd)  # the parent's descriptions stay open in the parent: its locks survive
+                    self._reinit()
 
     # -- bookkeeping -------------------------------------------------------------------------------------------
     @property
