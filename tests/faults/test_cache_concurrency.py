@@ -460,9 +460,8 @@ def test_a_download_that_needs_a_sidecar_while_other_processes_pin_the_cache_wai
 @pytest.mark.xfail(strict=True, raises=CacheError, reason=(
     "shardkit/remote/dataset.py RemoteShard.index -> _Remote.ensure_index -> _meta -> DatasetCache.reserve_meta "
     "raises CacheFull at once on the reader's thread when other processes' pins fill the cache, instead of "
-    "waiting for room (dropping this process's prefetch pins) like Fetcher._wait does for a block; waiting "
-    "inside _meta, which holds the shard's metadata lock that download threads need, deadlocked a DataLoader "
-    "test in CI: the wait belongs outside that lock"))
+    "waiting for room (dropping this process's prefetch pins) like Fetcher._wait does for a block; the wait "
+    "belongs outside _meta, which holds the shard's metadata lock that download threads need"))
 def test_a_shard_index_needed_while_other_processes_pin_the_cache_waits_for_room(remote, tmp_path):
     """The same on the reader's own thread: a shard's index (fetched whole when the loader first needs a
     shard's documents: fields with document boundaries) while the cache has no room for it for a second."""
