@@ -7,10 +7,12 @@ carry that place (file and line, shard and byte range) as attributes as well as 
 from __future__ import annotations
 
 import reprlib
+from collections.abc import Iterator
 from typing import Any
 
 __all__ = [
     "brief",
+    "exception_chain",
     "ShardkitError",
     "ConfigError",
     "MissingDependencyError",
@@ -52,6 +54,16 @@ class InputError(ShardkitError):
         super().__init__(f"{path}: {problem}")
 
 
+def exception_chain(exc: BaseException) -> Iterator[BaseException]:
+    """`exc` and the exceptions it was raised from or while handling, nearest first, each once."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        yield cur
+        cur = cur.__cause__ or cur.__context__
+
+
 class ReaderError(ShardkitError):
     """A record or a whole input file cannot be read (corrupt, truncated, wrong format)."""
 
@@ -70,14 +82,8 @@ class ReaderError(ShardkitError):
         stops instead. A missing or unreadable file (ENOENT, EACCES) is a fact about the input and counts
         as a file error.
         """
-        seen: set[int] = set()
-        cur: BaseException | None = self
-        while cur is not None and id(cur) not in seen:
-            seen.add(id(cur))
-            if (isinstance(cur, OSError) and not isinstance(cur, _FILE_FACTS) and cur.errno is not None):
-                return cur
-            cur = cur.__cause__ or cur.__context__
-        return None
+        return next((e for e in exception_chain(self)
+                     if isinstance(e, OSError) and not isinstance(e, _FILE_FACTS) and e.errno is not None), None)
 
 
 _FILE_FACTS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)

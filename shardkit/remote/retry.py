@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..errors import ConfigError, RemoteError, ShardkitError
+from ..errors import ConfigError, RemoteError, ShardkitError, exception_chain
 
 try:  # optional: only present with s3fs / aiobotocore installed
     import botocore.exceptions as _botocore
@@ -101,14 +101,6 @@ class RetryPolicy:
 DEFAULT_POLICY = RetryPolicy()
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    """`exc` and the exceptions it was raised from or while handling, nearest first, each once."""
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        yield cur
-        cur = cur.__cause__ or cur.__context__
 
 
 def _status(exc: BaseException) -> int | None:
@@ -155,7 +147,7 @@ def is_transient(exc: BaseException) -> bool:
     The nearest exception in the cause/context chain that tells decides, so a shardkit error raised while
     handling a reset connection counts as transient and one raised while handling a 403 does not.
     """
-    for e in _chain(exc):
+    for e in exception_chain(exc):
         verdict = _verdict(e)
         if verdict is not None:
             return verdict
@@ -164,7 +156,7 @@ def is_transient(exc: BaseException) -> bool:
 
 def is_not_found(exc: BaseException) -> bool:
     """Whether `exc` (or what it was raised from) says the object or bucket does not exist."""
-    for e in _chain(exc):
+    for e in exception_chain(exc):
         if isinstance(e, FileNotFoundError) or (isinstance(e, RemoteError) and e.not_found):
             return True
         if _status(e) == 404 or _error_code(e) in ("NoSuchKey", "NoSuchBucket", "NotFound", "404"):
@@ -173,7 +165,7 @@ def is_not_found(exc: BaseException) -> bool:
 
 
 def _describe(exc: BaseException) -> str:
-    status = next((s for s in map(_status, _chain(exc)) if s is not None), None)
+    status = next((s for s in map(_status, exception_chain(exc)) if s is not None), None)
     text = str(exc) or type(exc).__name__
     if status is not None and str(status) not in text:
         text = f"HTTP {status}: {text}"
@@ -263,7 +255,7 @@ def retrying_iter(start: Callable[[P | None], Iterable[T]], position: Callable[[
 
 def _is_storage_error(exc: BaseException) -> bool:
     """Whether `exc` comes from storage (worth a RemoteError) rather than from shardkit's own checks."""
-    for e in _chain(exc):
+    for e in exception_chain(exc):
         if isinstance(e, OSError) or _status(e) is not None:
             return True
         if _botocore is not None and isinstance(e, _botocore.BotoCoreError):
