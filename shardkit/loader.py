@@ -40,7 +40,7 @@ __all__ = ["LoaderConfig", "Loader"]
 _CHUNK_BYTES = 64 << 20
 _CHUNK_ROWS = 16384
 _FIRST_CHUNK_ROWS = 256
-_SLAB_BYTES = 1 << 20  # rows are gathered this many bytes at a time (cache-sized: see _materialise)
+_SLAB_BYTES = 256 << 10  # rows are gathered this many bytes at a time (L2-sized: see _materialise)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -257,36 +257,42 @@ class Loader(UnitIndex):
         m = self.config.micro_batch_size
         fields = self.config.fields
         shard, local = self.source.locate(ids)
-        fast, view_rows = self.source.plan(shard, local, offsets[:-1])
         blocks = ids // self.order.block
         num_blocks = self.order.full_blocks + 1
-        # Slabs: runs of whole batches of ~_SLAB_BYTES, each filled by one gather when its first batch is
-        # due (one C call for many small batches; a cache-sized block copies ~2x faster than a big one).
-        # Batches are views of their slab, so nothing the caller keeps is ever overwritten.
-        slab_of = (offsets[:-1] // max(1, _SLAB_BYTES // row_bytes)).tolist()
         bounds = offsets.tolist()
         first_rows = bounds[:-1]
         batch_epoch = epochs[first_rows].tolist()
         group_key = epochs[first_rows] * self.order.num_groups + groups[first_rows]
-        enters = np.flatnonzero(np.diff(group_key, prepend=-1)).tolist()  # batches that start a group
+        entering = np.diff(group_key, prepend=-1) != 0  # batches that start a group
+        enters = np.flatnonzero(entering).tolist()
+        # Slabs: runs of whole batches of ~_SLAB_BYTES, each filled by one gather when its first batch is
+        # due (one C call for many small batches; a slab that stays in L2 copies much faster than a big
+        # one, see docs/benchmarks.md). Batches are views of their slab: nothing a caller keeps is overwritten.
+        # A slab also ends where a shuffle group does, so one read spans at most two groups (short rows
+        # would otherwise put many groups in one slab: more than a remote cache sized for two groups holds).
+        slab_first = np.flatnonzero((np.diff(offsets[:-1] // max(1, _SLAB_BYTES // row_bytes), prepend=-1) != 0)
+                                    | entering)
+        one_shard, view_rows, inside = self.source.plan(shard, local, offsets[slab_first])
+        one_shard_list = one_shard.tolist()
+        slab_bounds = offsets[np.append(slab_first, len(counts))].tolist()
         batch_group = groups[first_rows].tolist()
-        batch_shard = shard[first_rows].tolist()
-        fast_list = fast.tolist()
-        n = len(fast_list)
+        n = len(first_rows)
         slab: np.ndarray | None = None
         slab_base = slab_end = 0
+        next_slab = 0
         next_enter = enters.pop(0) if enters else n
         record = self.metrics.record_step
         plain = not m and not fields.needs_docs
         tokens_only = fields.tokens_only
         for i, (b, size) in enumerate(zip(batches.tolist(), sizes.tolist())):
             a, z = bounds[i], bounds[i + 1]
-            if z > slab_end:  # the next slab: batches i..j-1
-                j = i + 1
-                while j < n and slab_of[j] == slab_of[i]:
-                    j += 1
-                slab_base, slab_end = a, bounds[j]
-                slab = self._fill_slab(i, j, bounds, fast_list, batch_shard, shard, local, view_rows, width)
+            if z > slab_end:  # batch i starts the next slab
+                slab_base, slab_end = slab_bounds[next_slab], slab_bounds[next_slab + 1]
+                slab = (self.source.gather_rows(int(shard[slab_base]), view_rows[slab_base:slab_end])
+                        if one_shard_list[next_slab] else
+                        self.source.gather(shard[slab_base:slab_end], local[slab_base:slab_end],
+                                           inside[slab_base:slab_end]))
+                next_slab += 1
             e = batch_epoch[i]
             if i == next_enter:
                 next_enter = enters.pop(0) if enters else n
@@ -313,21 +319,6 @@ class Loader(UnitIndex):
                 out = assemble(tokens[k * m:(k + 1) * m], batch_ids[k * m:(k + 1) * m], self.source, fields)
                 out.update(batch_index=b, global_batch_size=size, micro_index=k, num_micro=num_micro)
                 yield b, k, out
-
-    def _fill_slab(self, i: int, j: int, bounds: list[int], fast: list[bool], batch_shard: list[int],
-                   shard: np.ndarray, local: np.ndarray, view_rows: np.ndarray, width: int) -> np.ndarray:
-        """The token rows of batches i..j-1: one gather when they all sit inside one shard."""
-        a, z = bounds[i], bounds[j]
-        if all(fast[i:j]) and len(set(batch_shard[i:j])) == 1:
-            return self.source.gather_rows(batch_shard[i], view_rows[a:z])
-        slab = np.empty((z - a, width), dtype=self.dataset.dtype)
-        for k in range(i, j):
-            x, y = bounds[k] - a, bounds[k + 1] - a
-            if fast[k]:
-                slab[x:y] = self.source.gather_rows(batch_shard[k], view_rows[bounds[k]:bounds[k + 1]])
-            else:
-                self.source.fill_located(shard[bounds[k]:bounds[k + 1]], local[bounds[k]:bounds[k + 1]], slab[x:y])
-        return slab
 
     def _enter_group(self, epoch: int, group: int) -> None:
         self._group = (epoch, group)

@@ -36,9 +36,8 @@ from .state import STATE_FORMAT, STATE_VERSION, SavedState, parse_state
 
 __all__ = ["MixtureConfig", "MixtureLoader", "MixtureWarning"]
 
-from ..loader import _CHUNK_BYTES, _CHUNK_ROWS, _FIRST_CHUNK_ROWS  # the same chunk sizes as the Loader
-
-_SLAB_BYTES = 1 << 20
+# the same chunk and slab sizes as the Loader
+from ..loader import _CHUNK_BYTES, _CHUNK_ROWS, _FIRST_CHUNK_ROWS, _SLAB_BYTES
 
 
 class MixtureWarning(RecipeWarning):
