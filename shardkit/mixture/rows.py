@@ -64,12 +64,13 @@ class ChunkRows:
                 rows, inside = space.rows(j, shard, local, self.width)  # type: ignore[union-attr]
                 self.rows[sel] = np.where(inside, rows, view[1])  # type: ignore[index]
                 self.slow[sel] = ~inside
+        self.any_slow = bool(self.slow.any())  # most chunks have none: no per-slab search then
 
     def fill(self, a: int, z: int) -> np.ndarray:
         """Token rows [a, z) of the chunk: one gather, then the rare windows that cross a shard boundary."""
         if self.view is not None:
             slab = self.view[self.rows[a:z]]  # type: ignore[index]
-            for r in np.flatnonzero(self.slow[a:z]).tolist():
+            for r in (np.flatnonzero(self.slow[a:z]).tolist() if self.any_slow else ()):
                 self._fill_one(a + r, slab[r:r + 1])
             return slab
         slab = np.empty((z - a, self.width), dtype=self.dtype)  # sources of different dtypes: per source
