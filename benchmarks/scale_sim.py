@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from shardkit import Loader, Manifest, Ramp, open_dataset
-from shardkit.batching import BatchFields
+from shardkit.engine import BatchFields
 from shardkit.format.idx import encode_index
 from shardkit.format.manifest import compute_fingerprint
 from shardkit.order import SampleOrder, ShuffleConfig

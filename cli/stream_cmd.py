@@ -14,9 +14,8 @@ import warnings
 import click
 from click.core import ParameterSource
 
-from shardkit.loader import Loader
+from shardkit.loader import Loader, MixtureLoader
 from shardkit.mixture import RecipeWarning
-from shardkit.mixture.loader import MixtureLoader
 from shardkit.order import Ramp
 from shardkit.remote import is_remote
 from shardkit.stream import StreamReport, stream

@@ -39,7 +39,7 @@ from shardkit.format.zstd_frames import FOOTER_SIZE, MAGIC, FramedReader
 from shardkit.inspect import inspect_dataset
 from shardkit.loader import Loader
 from shardkit.mixture import load_recipe
-from shardkit.mixture.loader import MixtureLoader
+from shardkit.loader import MixtureLoader
 from shardkit.readers import ReaderConfig, read_records
 from shardkit.readers import compression as _compression
 from shardkit.sources import InputFile

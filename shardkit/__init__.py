@@ -2,6 +2,7 @@
 
 __version__ = "0.1.0"
 
+from .engine import BatchFields  # noqa: E402
 from .errors import (  # noqa: E402
     ConfigError,
     IntegrityError,
@@ -14,13 +15,14 @@ from .errors import (  # noqa: E402
     TokenizerError,
 )
 from .format import Dataset, Manifest, open_dataset  # noqa: E402
-from .loader import Loader, LoaderConfig  # noqa: E402
-from .mixture import MixtureLoader, Recipe, load_recipe  # noqa: E402
+from .loader import Loader, LoaderConfig, MixtureConfig, MixtureLoader  # noqa: E402
+from .mixture import Recipe, load_recipe  # noqa: E402
 from .order import Constant, Piecewise, Ramp  # noqa: E402
 from .verify import verify_dataset  # noqa: E402
 
 __all__ = [
     "__version__",
+    "BatchFields",
     "ConfigError",
     "Constant",
     "Dataset",
@@ -29,6 +31,7 @@ __all__ = [
     "LoaderConfig",
     "Manifest",
     "ManifestError",
+    "MixtureConfig",
     "MixtureLoader",
     "MissingDependencyError",
     "PackError",

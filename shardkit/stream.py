@@ -16,8 +16,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from .loader import Loader
-from .mixture.loader import MixtureLoader
+from .loader import Loader, MixtureLoader
 
 __all__ = ["StreamReport", "stream"]
 

@@ -18,14 +18,14 @@ Items of one group may differ in shape (a mixture's phases change seq_len and ba
 stored as runs of items of one shape, each run one array per field.
 
 Worker w of k builds groups w, w + k, … counted from the start point; DataLoader collects results from
-its workers round-robin, so items arrive in order for any worker count. The position lives here in the
-main process: `state_dict()` is the loader state after the last item handed out, and resumes with any
-worker count (or none).
+its workers round-robin, so items arrive in order for any worker count. The position is the loader's: handing out an item moves the wrapped loader past it, so `state_dict()`
+(the loader's) is the state after the last item handed out, resumes with any worker count (or none), and
+restoring the loader before or after wrapping it is the same. The loader crosses to the workers pickled
+(its configuration and position; it reopens its files there), so every multiprocessing start method works.
 """
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -35,8 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, MissingDependencyError
-from ..loader import Loader
-from ..mixture.loader import MixtureLoader
+from ..loader import Loader, MixtureLoader
 
 try:
     import torch
@@ -57,37 +56,12 @@ def _align(n: int) -> int:
     return -(-n // _ALIGN) * _ALIGN
 
 
-def _token_dtype(loader: Loader | MixtureLoader) -> np.dtype:
-    return loader.dtype if isinstance(loader, MixtureLoader) else loader.dataset.dtype
-
-
-def _max_item_shape(loader: Loader | MixtureLoader) -> tuple[int, int]:
-    """(most rows in one item, widest token row) anywhere in the run: what a slot must hold."""
-    m = loader.config.micro_batch_size
-    if isinstance(loader, MixtureLoader):
-        phases = loader.plan.phases
-        batch = max(size for p in phases for _, _, size in p.batch.stages)
-        return m or batch // loader.world_size, max(p.seq_len for p in phases) + 1
-    return (m or max(size for _, _, size in loader.schedule.stages) // loader.world_size,
-            loader.config.seq_len + 1)
-
-
-def _item_shape_at(loader: Loader | MixtureLoader, batch: int) -> tuple[int, int]:
-    """(rows, token row width) of the items of global batch `batch`."""
-    m = loader.config.micro_batch_size
-    if isinstance(loader, MixtureLoader):
-        loc = loader.plan.locate(min(batch, loader.plan.num_batches - 1))
-        p = loader.plan.phases[loc.phase]
-        return m or int(p.batch.size(loc.batch)) // loader.world_size, p.seq_len + 1
-    return m or loader.schedule.size(batch) // loader.world_size, loader.config.seq_len + 1
-
-
 class _Layout:
     """The most bytes a slot can need: every field of `group` of the largest items, each run aligned."""
 
     def __init__(self, loader: Loader | MixtureLoader, token_dtype: np.dtype, group: int) -> None:
         f = loader.config.fields
-        rows, width = _max_item_shape(loader)
+        rows, width = loader.max_item_shape()
         rows *= group
         sizes = [rows * width * token_dtype.itemsize]
         if f.position_ids:
@@ -96,7 +70,7 @@ class _Layout:
             sizes.append(rows * (width - 1) * 4)
         if f.cu_seqlens:
             sizes.append(rows * width * 4)
-        if isinstance(loader, MixtureLoader):
+        if loader.labels_sources:
             sizes.append(rows * 8)  # the source of every row
         # a group splits into at most `group` runs of one shape, each field of a run aligned on its own
         self.slot_bytes = sum(_align(n) for n in sizes) + group * len(sizes) * _ALIGN
@@ -119,10 +93,10 @@ class _Groups(IterableDataset):
     """Worker side: groups g ≡ worker (mod workers) of `group` consecutive units from `first`."""
 
     def __init__(self, loader: Loader | MixtureLoader, first: int, group: int, token_dtype: np.dtype,
-                 shm_name: str,
-                 ring: int, slot_bytes: int, workers: int) -> None:
+                 shm_name: str, ring: int, slot_bytes: int, workers: int) -> None:
         super().__init__()
         self.loader, self.first, self.group, self.token_dtype = loader, first, group, token_dtype
+        self.fields = replace(loader.config.fields, tokens_only=True)  # input_ids/labels are cut in the main process
         self.shm_name, self.ring, self.slot_bytes, self.workers = shm_name, ring, slot_bytes, workers
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -135,7 +109,7 @@ class _Groups(IterableDataset):
             units: list[tuple[int, dict[str, Any]]] = []
             k = 0
             for unit in self.loader.iter_units(self.first + worker * self.group, stride=self.group * workers,
-                                               run=self.group):
+                                               run=self.group, fields=self.fields):
                 units.append(unit)
                 if len(units) == self.group:
                     yield self._ship(units, shm, released, worker, k)
@@ -216,38 +190,32 @@ class ShardkitDataLoader:
             raise ConfigError(f"num_workers must be ≥ 0, got {num_workers}")
         if group is not None and group < 1:
             raise ConfigError(f"group must be a positive number of items, got {group}")
+        if not isinstance(loader, (Loader, MixtureLoader)):
+            raise ConfigError(f"ShardkitDataLoader wraps a shardkit Loader or MixtureLoader, got "
+                              f"{type(loader).__name__}")
         self.loader = loader
         self.num_workers = num_workers
         self.token_dtype = token_dtype
         self.pin_memory = pin_memory and torch.cuda.is_available()
         self.dataloader_kwargs = dataloader_kwargs
         self._tokens_only = loader.config.fields.tokens_only
-        self._next = (loader.step, loader._micro)  # (batch, micro) of the next item to hand out
         self._group = group
-
-    def _worker_loader(self) -> Loader | MixtureLoader:
-        """The loader as workers use it: the same position and stream, but items carry the (rows, seq_len + 1)
-        token array (input_ids/labels are cut from it here). Made anew per iteration, so a load_state_dict
-        in between (even onto a changed recipe) is what the workers continue from."""
-        ld = copy.copy(self.loader)
-        ld.config = replace(ld.config, fields=replace(ld.config.fields, tokens_only=True))
-        return ld
 
     def _group_size(self) -> int:
         if self._group is not None:
             return self._group
-        rows, width = _item_shape_at(self.loader, self._next[0])
-        return max(1, _GROUP_BYTES // (rows * width * _token_dtype(self.loader).itemsize))
+        rows, width = self.loader.item_shape(self.loader.step)
+        return max(1, _GROUP_BYTES // (rows * width * self.loader.dtype.itemsize))
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         """Items from the current position on (a second loop continues where the first stopped)."""
-        first = self.loader.unit_index(*self._next)
+        first = self.loader.unit_index(self.loader.step, self.loader.micro)
         if self.num_workers == 0:
             for _, item in self.loader.iter_units(first):
                 self._advance(item)
                 yield to_torch(item, self.token_dtype)
             return
-        token_dtype = _numpy_dtype(self.token_dtype) if self.token_dtype is not None else _token_dtype(self.loader)
+        token_dtype = _numpy_dtype(self.token_dtype) if self.token_dtype is not None else self.loader.dtype
         group = self._group_size()
         layout = _Layout(self.loader, token_dtype, group)
         ring = (self.dataloader_kwargs.get("prefetch_factor") or 2) + 2
@@ -256,7 +224,7 @@ class ShardkitDataLoader:
         try:
             released = np.ndarray((self.num_workers,), np.int64, buffer=shm.buf)
             released[:] = 0
-            groups = _Groups(self._worker_loader(), first, group, token_dtype, shm.name, ring, layout.slot_bytes,
+            groups = _Groups(self.loader, first, group, token_dtype, shm.name, ring, layout.slot_bytes,
                              self.num_workers)
             dl = DataLoader(groups, batch_size=None, num_workers=self.num_workers, **self.dataloader_kwargs)
             for g in dl:
@@ -280,19 +248,18 @@ class ShardkitDataLoader:
 
     def _advance(self, item: dict[str, Any]) -> None:
         b, k = int(item["batch_index"]), int(item["micro_index"])
-        self._next = (b, k + 1) if k + 1 < int(item["num_micro"]) else (b + 1, 0)
+        self.loader._batch, self.loader._micro = (b, k + 1) if k + 1 < int(item["num_micro"]) else (b + 1, 0)
 
     @property
     def step(self) -> int:
-        """Index of the next global batch to be handed out."""
-        return self._next[0]
+        """Index of the next global batch to be handed out (the loader's)."""
+        return self.loader.step
 
     def state_dict(self) -> dict[str, Any]:
         """The loader state after the last item handed out: JSON-able, resumable with any worker count."""
-        return self.loader.state_at(*self._next)
+        return self.loader.state_dict()
 
-    def load_state_dict(self, state: dict[str, Any], **kwargs: Any) -> None:
+    def load_state_dict(self, state: dict[str, Any], **overrides: Any) -> None:
         """Continue from `state` (a `state_dict()` or the loader's own) at the next iteration; keyword
-        arguments go to the loader's `load_state_dict` (`force`, a mixture's `allow_recipe_change`)."""
-        self.loader.load_state_dict(state, **kwargs)
-        self._next = (self.loader.step, self.loader._micro)
+        arguments are the loader's resume overrides (`allow_recipe_change`, ...)."""
+        self.loader.load_state_dict(state, **overrides)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
@@ -78,11 +79,18 @@ class Shard:
 
     @cached_property
     def index(self) -> IndexFile:
+        return self.load_index()
+
+    def load_index(self, *, check: bool = True) -> IndexFile:
+        """Map the `.idx` (not cached: see `map_bin`); with `check`, validate it against the manifest (O(docs))."""
         where = str(self.idx_path)
+        os.close(_open_regular(self.idx_path, self.name, self.directory))
         try:
             idx = read_index(self.idx_path, check=False)
         except OSError as e:
             raise ManifestError(where, _unreadable(self.name, e)) from e
+        if not check:
+            return idx
         if idx.header.dtype != self.dtype:
             raise ManifestError(where, f"index dtype {idx.header.dtype.name} differs from the manifest's "
                                        f"{self.dtype.name}")
@@ -95,18 +103,31 @@ class Shard:
     @cached_property
     def mmap(self) -> mmap.mmap | None:
         """The shard's `.bin` mapped read-only once (None for an empty shard); used for madvise hints."""
+        return self.map_bin()
+
+    def map_bin(self) -> mmap.mmap | None:
+        """A new read-only mapping of the `.bin` (None for an empty shard), its size checked first.
+
+        Not cached: the read engine keeps its own bounded set of mappings (`engine.mapper`); each mapping
+        holds one file descriptor until the last array made from it is gone.
+        """
         if self.entry.bin_bytes == 0:
             return None
+        fd = _open_regular(self.bin_path, self.name, self.directory if not self.compressed else None)
         try:
-            f = open(self.bin_path, "rb")  # noqa: SIM115 - closed by the with below
-        except OSError as e:
-            raise ManifestError(str(self.bin_path), _unreadable(self.name, e)) from e
-        with f:
-            size = os.fstat(f.fileno()).st_size
+            size = os.fstat(fd).st_size
             if size != self.entry.bin_bytes:
                 raise ManifestError(str(self.bin_path), f"size {size:,} bytes, manifest records "
                                                         f"{self.entry.bin_bytes:,} (changed since open)")
-            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+
+    def tokens_of(self, mapping: mmap.mmap | None) -> np.ndarray:
+        """The shard's tokens as a read-only array over `mapping` (a `map_bin()` result)."""
+        if mapping is None:
+            return np.zeros(0, dtype=self.dtype)
+        return np.frombuffer(mapping, dtype=self.dtype, count=self.entry.num_tokens)
 
     def check_intact(self) -> None:
         """Raise IntegrityError if the mapped `.bin` shrank since it was mapped.
@@ -125,10 +146,7 @@ class Shard:
     @cached_property
     def tokens(self) -> np.ndarray:
         """The whole shard as one read-only token array over the mapping (a plain ndarray: slicing is cheap)."""
-        mm = self.mmap
-        if mm is None:
-            return np.zeros(0, dtype=self.dtype)
-        return np.frombuffer(mm, dtype=self.dtype, count=self.entry.num_tokens)
+        return self.tokens_of(self.mmap)
 
     def release(self) -> None:
         """Forget this shard's mappings and index arrays; the next use maps the files again.
@@ -232,6 +250,31 @@ class Dataset:
         return out
 
 
+def _open_regular(path: Path, shard: str, root: Path | None) -> int:
+    """A read-only descriptor of `path`, which must be a regular file (a FIFO would block a plain open) and,
+    when `root` is given, must not be a symlink leading out of it (the loader opens shards by name lazily,
+    without the directory scan `open_dataset` does)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        if os.path.islink(path):
+            raise ManifestError(str(path), f"shard {shard}: a dangling or looping symlink, not a regular file; "
+                                           "restore the shard or re-pack") from e
+        raise ManifestError(str(path), _unreadable(shard, e)) from e
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ManifestError(str(path), f"shard {shard}: not a regular file; restore the shard or re-pack")
+        if root is not None and os.path.islink(path):
+            real_root, target = os.path.realpath(root), os.path.realpath(path)
+            if os.path.commonpath([real_root, target]) != real_root:
+                raise ManifestError(str(path), f"shard {shard}: a symlink pointing outside the dataset; "
+                                               "restore the shard or re-pack")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def _unreadable(shard: str, e: OSError) -> str:
     return (f"shard {shard} cannot be read ({e.strerror or e}); was it deleted or moved after the dataset "
             "was opened? restore it or re-pack")
@@ -258,14 +301,18 @@ def _check_files(path: Path, manifest: Manifest) -> None:
                                                        "(truncated, appended to, or replaced)")
 
 
-def open_dataset(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None) -> Dataset:
+def open_dataset(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None,
+                 check_files: bool = True) -> Dataset:
     """Open a packed dataset directory; raises ManifestError naming the problem if it is not complete.
 
     `cache_dir` holds decompressed copies of compressed shards (default: the per-user cache).
+    `check_files=False` skips the listing of every shard file (134k entries at 44,704 shards, on every rank):
+    the loader checks each shard's files when it first maps them instead.
     """
     p = Path(path)
     if not p.is_dir():
         raise ManifestError(str(p), "not a directory (expected a dataset directory with manifest.json)")
     manifest = Manifest.load(p)
-    _check_files(p, manifest)
+    if check_files:
+        _check_files(p, manifest)
     return Dataset(p, manifest, cache_dir=cache_dir)

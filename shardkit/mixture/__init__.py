@@ -5,15 +5,16 @@ interleave  position → source (per-position EDF order; also the row order insi
 batch_interleave  batch → rows per source within 1 of w·B (Pfair extras, carried lag)
 phases      phases on batch boundaries, counters carried across them
 recipe      load and validate a recipe (YAML, TOML, JSON or a dict) into frozen dataclasses
-loader      MixtureLoader: a recipe's batches for this rank, resumable in O(1) (sources, cursor, assign,
-            gather, rows, state and metrics are its parts; docs/mixtures.md)
+cursor      each source's position at any global batch (continued by tokens across seq_len changes)
+sources     a recipe's datasets opened, and each source's order seed
+
+The loader over a recipe is `shardkit.MixtureLoader` (shardkit/loader.py, on the read engine).
 """
 
 from .batch_interleave import BatchInterleave
 from .interleave import Interleave
-from .loader import MixtureConfig, MixtureLoader, MixtureWarning
 from .phases import BatchMix, Location, Phase, PhaseBounds, PhasePlan
-from .recipe import Recipe, RecipeWarning, SourceSpec, WeightsBy, load_recipe
+from .recipe import MixtureWarning, Recipe, RecipeWarning, SourceSpec, WeightsBy, load_recipe
 from .weights import normalize_weights, token_to_sample_weights
 
 __all__ = [
@@ -21,8 +22,6 @@ __all__ = [
     "BatchMix",
     "Interleave",
     "Location",
-    "MixtureConfig",
-    "MixtureLoader",
     "MixtureWarning",
     "Phase",
     "PhaseBounds",

@@ -34,14 +34,13 @@ from typing import Any
 
 import numpy as np
 
-from ..batching.state import brief
-from ..errors import ConfigError, InputError, MissingDependencyError
+from ..errors import ConfigError, InputError, MissingDependencyError, brief
 from ..order import BatchSchedule, Constant, Piecewise, Ramp, ShuffleMode
 from ..units import parse_count
 from .phases import Phase, PhasePlan
 from .weights import as_weight, normalize_weights
 
-__all__ = ["FORMAT_VERSION", "Recipe", "RecipeWarning", "SourceSpec", "WeightsBy", "load_recipe"]
+__all__ = ["FORMAT_VERSION", "MixtureWarning", "Recipe", "RecipeWarning", "SourceSpec", "WeightsBy", "load_recipe"]
 
 FORMAT_VERSION = 1
 _TOP = ("version", "seed", "seq_len", "phases", "sources", "shuffle", "weights_by")
@@ -53,6 +52,11 @@ _PIECEWISE = ("pieces", "final", "unit", "seq_len")
 
 class RecipeWarning(UserWarning):
     """A recipe was accepted after a silent-looking fix (weights normalized to sum to 1)."""
+
+
+class MixtureWarning(RecipeWarning):
+    """The run differs from what the recipe asks for in full: a capped source ends it early, or the sources
+    were packed with different tokenizers. (A RecipeWarning, so one filter covers both.)"""
 
 
 class WeightsBy(Enum):

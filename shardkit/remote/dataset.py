@@ -17,7 +17,6 @@ import fcntl
 import os
 import threading
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -229,10 +228,9 @@ class RemoteShard(Shard):
         self._remote = remote
         self._i = index
 
-    @cached_property
-    def index(self) -> IndexFile:
+    def load_index(self, *, check: bool = True) -> IndexFile:
         self._remote.ensure_index(self._i)
-        return Shard.index.func(self)  # type: ignore[attr-defined]
+        return super().load_index(check=check)
 
 
 class RemoteDataset(Dataset):
@@ -316,12 +314,13 @@ def open_remote_dataset(url: str, config: RemoteConfig | None = None, **kwargs: 
 
 
 def open_any(data: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None,
-             cache_limit: int | str | None = None, storage_options: dict[str, Any] | None = None) -> Dataset:
-    """A local dataset directory, or a remote URL through the block cache."""
+             cache_limit: int | str | None = None, storage_options: dict[str, Any] | None = None,
+             check_files: bool = True) -> Dataset:
+    """A local dataset directory, or a remote URL through the block cache (`check_files`: see open_dataset)."""
     text = os.fspath(data)
     if is_remote(text):
         return open_remote_dataset(text, RemoteConfig(cache_dir=cache_dir, cache_limit=cache_limit,
                                                       storage_options=storage_options))
     if text.startswith("file://"):
         text = text[len("file://"):]
-    return open_dataset(Path(text))
+    return open_dataset(Path(text), check_files=check_files)

@@ -49,7 +49,7 @@ def test_json_report_is_deterministic_and_worker_independent(root):
     m = a["mixture"]
     assert set(m["sources"]) == {"code", "math", "web"} and m["tokens"] == a["tokens"]
     assert sum(s["samples"] for s in m["sources"].values()) == a["samples"]
-    assert a["state_after"]["batch"] == 48 and a["fingerprint"] == a["state_after"]["recipe"]
+    assert a["state_after"]["batch"] == 48 and a["fingerprint"] == a["state_after"]["stream"]["fingerprint"]
     half = [_json("--recipe", recipe, "--steps", "1000", "--world-size", "2", "--rank", str(r)) for r in (0, 1)]
     assert half[0]["samples"] + half[1]["samples"] == a["samples"] and half[0]["digest"] != half[1]["digest"]
 
@@ -99,7 +99,7 @@ def test_bad_recipes_are_one_line_errors(root, tmp_path):
     ok = _json("--recipe", uneven, "--steps", "3")
     assert any("normalized" in w for w in ok["warnings"])
     r = _run("--recipe", root / "recipe.yaml", "--world-size", "3", code=1)
-    assert "not divisible by world size 3" in r.output
+    assert "not divisible by world_size 3" in r.output
 
 
 def test_an_epoch_cap_ends_the_run_with_its_reason(root):

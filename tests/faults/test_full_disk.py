@@ -259,7 +259,7 @@ def test_dataset_reads_of_a_deleted_or_truncated_shard_raise_naming_it(dataset):
 LOADER_TRUNCATION = textwrap.dedent("""
     import os, sys
     from shardkit import Loader
-    from shardkit.errors import IntegrityError
+    from shardkit.errors import IntegrityError, ManifestError
     loader = Loader(sys.argv[1], seq_len=128, batch_schedule=8, seed=0, shuffle="none")
     it = iter(loader)
     next(it)
@@ -269,8 +269,11 @@ LOADER_TRUNCATION = textwrap.dedent("""
     try:
         for _ in range(400):
             next(it)
-    except IntegrityError as e:
+    except IntegrityError as e:  # a shard truncated while mapped
         print("IntegrityError", e.shard)
+        sys.exit(3)
+    except ManifestError as e:  # a shard truncated before the loader first mapped it
+        print("ManifestError", os.path.basename(e.path), e)
         sys.exit(3)
     print("no error")
 """)
@@ -282,4 +285,5 @@ def test_loader_over_a_shard_truncated_under_it_raises_instead_of_sigbus(dataset
     script.write_text(LOADER_TRUNCATION)
     r = subprocess.run([sys.executable, str(script), str(path)], capture_output=True, text=True, timeout=120)
     assert r.returncode != -signal.SIGBUS, "the loader process died of SIGBUS"
-    assert r.returncode == 3 and r.stdout.startswith("IntegrityError shard-"), (r.returncode, r.stdout, r.stderr)
+    assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
+    assert r.stdout.startswith(("IntegrityError shard-", "ManifestError shard-")), r.stdout

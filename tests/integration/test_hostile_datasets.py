@@ -28,6 +28,7 @@ import pytest
 import xxhash
 
 from shardkit.adopt import adopt
+from shardkit.engine import BatchFields, stream_fingerprint
 from shardkit.errors import (
     ConfigError,
     IntegrityError,
@@ -43,9 +44,8 @@ from shardkit.format.idx import encode_index
 from shardkit.format.manifest import compute_fingerprint
 from shardkit.format.zstd_frames import FrameEntry, FrameIndex
 from shardkit.inspect import inspect_dataset
-from shardkit.loader import Loader
+from shardkit.loader import Loader, MixtureLoader
 from shardkit.mixture import load_recipe
-from shardkit.mixture.loader import MixtureLoader
 from shardkit.pack import OnError, PackConfig, pack
 from shardkit.readers import ReaderConfig, compression, jsonl, read_records, text
 from shardkit.sources import InputFile
@@ -122,13 +122,22 @@ def bounded(seconds=20.0, peak_bytes=64 << 20):
         signal.signal(signal.SIGALRM, old)
 
 
-def _refused_everywhere(ds, match, check=None):
-    """open_dataset, the loader and inspect raise ManifestError(match); verify reports it without raising."""
+def _refused_everywhere(ds, match, check=None, *, loader_reads=True):
+    """open_dataset, the loader and inspect raise ManifestError(match); verify reports it without raising.
+
+    The loader does not list every shard file when it opens (a `stat` of each on every rank does not scale):
+    it checks a shard's files when it first maps them, so it is refused at construction or, at the latest,
+    before it delivers anything from the bad shard. Files it never reads (`.sum.json`) are verify's.
+    """
     with bounded():
         with pytest.raises(ManifestError, match=match):
             open_dataset(ds)
-        with pytest.raises(ManifestError, match=match):
-            Loader(ds, seq_len=8, batch_schedule=2, readahead=False)
+        if loader_reads:
+            with pytest.raises(ManifestError, match=match):
+                loader = Loader(ds, seq_len=8, batch_schedule=2, readahead=False, shuffle="none", max_epochs=1,
+                                fields=BatchFields(position_ids=True))
+                for _ in loader:
+                    pass
         with pytest.raises(ManifestError, match=match):
             inspect_dataset(ds)
         report = verify_dataset(ds, mode="quick")
@@ -177,7 +186,7 @@ def test_shard_file_symlinked_outside_is_refused_even_with_the_right_bytes(ds, t
     outside.parent.mkdir()
     os.replace(ds / fname, outside)  # the very same bytes, just moved out
     os.symlink(outside, ds / fname)
-    report = _refused_everywhere(ds, "symlink pointing outside", Check.MISSING)
+    report = _refused_everywhere(ds, "symlink pointing outside", Check.MISSING, loader_reads=fname.endswith(("bin", "idx")))
     assert any("outside the dataset" in p.detail for p in report.problems)
 
 
@@ -396,8 +405,19 @@ def test_loader_state_with_absurd_fields(loader, key, value):
                                                                                   "huge-int", "nan"])
 def test_loader_state_config_values_and_keys(loader, value):
     state = loader.state_at(1)
-    _refused(loader.load_state_dict, {**state, "config": {**state["config"], "seq_len": value}}, "config.seq_len")
-    _refused(loader.load_state_dict, {**state, "config": {**state["config"], 7: value}}, "config.7")
+    stream = state["stream"]
+    for definition in ({**stream["definition"], "seq_len": value}, {**stream["definition"], 7: value}):
+        _refused(loader.load_state_dict, {**state, "stream": {**stream, "definition": definition}},
+                 "stream.definition")
+
+
+def test_loader_state_definition_edited_without_its_fingerprint(loader):
+    state = loader.state_at(1)
+    stream = state["stream"]
+    edited = {**stream, "definition": {**stream["definition"], "seq_len": 17}}
+    _refused(loader.load_state_dict, {**state, "stream": edited}, "stream.fingerprint")
+    edited["fingerprint"] = stream_fingerprint("dataset", edited["definition"])  # re-signed: a real other stream
+    _refused(loader.load_state_dict, {**state, "stream": edited}, "stream.seq_len")
 
 
 @pytest.mark.parametrize("state", [DEEP, "x" * 10**7, 42, None, [1, 2]], ids=["deep", "str", "int", "none",
@@ -406,11 +426,12 @@ def test_loader_state_that_is_not_a_dict(loader, state):
     _refused(loader.load_state_dict, state, "state")
 
 
-def test_forced_resume_far_past_any_batch_is_a_shardkit_error(loader):
-    """force=True skips the consistency checks; a batch index near 2**62 still fails as a ShardkitError."""
+def test_a_resume_far_past_any_batch_is_a_shardkit_error(loader):
+    """Even with every override, a batch index near 2**62 fails as a ShardkitError, never a hang or overflow."""
     before = loader.state_dict()
-    loader.load_state_dict({**loader.state_at(0), "batch": 2**62 - 1}, force=True)
     with bounded(seconds=10), pytest.raises(ShardkitError):
+        loader.load_state_dict({**loader.state_at(0), "batch": 2**62 - 1}, allow_budget_change=True,
+                               allow_recipe_change=True, allow_data_change=True)
         next(iter(loader))
     loader.load_state_dict(before)
 

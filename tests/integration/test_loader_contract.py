@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardkit.batching import BatchFields
+from shardkit.engine import BatchFields
 from shardkit.errors import ConfigError, ResumeError
 from shardkit.loader import Loader
 from shardkit.order import Ramp
@@ -167,11 +167,11 @@ def test_state_dict_refusals(dataset, tmp_path):
     other = Loader(tmp_path / "other", seq_len=SEQ, batch_schedule=4)
     with pytest.raises(ResumeError, match="fingerprint"):
         other.load_state_dict(state)
-    other.load_state_dict(state, force=True)
+    other.load_state_dict(state, allow_data_change=True)
     assert other.step == 3
-    with pytest.raises(ResumeError, match="config.seq_len"):
+    with pytest.raises(ResumeError, match="stream.seq_len"):
         Loader(path, seq_len=SEQ + 1, batch_schedule=4).load_state_dict(state)
-    with pytest.raises(ResumeError, match="config.seed"):
+    with pytest.raises(ResumeError, match="stream.seed"):
         Loader(path, seq_len=SEQ, batch_schedule=4, seed=9).load_state_dict(state)
     for bad in (None, [], {"format": "x"}, {**state, "version": 99}, {**state, "batch": -1},
                 {**state, "batch": 2**70}, {**state, "batch": "3"}, {**state, "config": None},

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from support.mixtures import make_sources
 
-from shardkit.batching import BatchFields
+from shardkit.engine import BatchFields
 from shardkit.errors import ConfigError
 from shardkit.loader import Loader
-from shardkit.mixture import MixtureLoader
+from shardkit.loader import MixtureLoader
 from shardkit.order import Ramp
 from shardkit.writer import write_dataset
 

@@ -20,7 +20,7 @@ from support.mixtures import make_sources, window
 from shardkit.mixture import RecipeWarning
 from shardkit.mixture.assign import Assigner, AssignMode
 from shardkit.mixture.cursor import phase_starts
-from shardkit.mixture.loader import MixtureLoader
+from shardkit.loader import MixtureLoader
 
 NAMES = ("code", "math", "web")
 
@@ -202,7 +202,7 @@ def test_workers_split_a_ranks_batches_without_changing_them(data, r, workers, r
     split = {}
     for w in range(workers):
         worker = _loader(root, r, rank=1, world_size=2)
-        for b, _, x in worker.iter_batches(first + w * run, stride=workers * run, run=run):
+        for b, x in worker.iter_units(first + w * run, stride=workers * run, run=run):  # a unit is a batch here
             assert b not in split
             split[b] = x["input_ids"].copy()
     assert sorted(split) == sorted(whole)

@@ -115,7 +115,7 @@ def test_prefetch_pins_exactly_the_groups_ahead(s3, local, tmp_path, ahead):
     with _open(s3, url, tmp_path / "cache", 64 << 20, lookahead_groups=ahead) as ds:
         ld = Loader(ds, shuffle="block", **STREAM)
         next(iter(ld))
-        order, window = ld.order, ld.readahead._remote
+        order, window = ld.order, next(iter(ld.engine.hints.values())).remote
         assert order.num_groups >= 2
         groups = [order.group_after(0, 0, k) for k in range(ahead + 1)]
         want = np.unique(window.gids_of(np.concatenate([order.blocks_of_group(*g) for g in groups])))

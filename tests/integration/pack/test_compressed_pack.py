@@ -158,7 +158,7 @@ def test_loader_streams_identical_batches(corpus, tmp_path, shuffle):
     a, n_a, state_a = _batch_hashes(plain, shuffle, None)
     b, n_b, state_b = _batch_hashes(comp, shuffle, tmp_path / "cache")
     assert (a, n_a) == (b, n_b) and n_a > 10
-    assert state_a["fingerprint"] != state_b["fingerprint"]  # resuming across them needs force=True
+    assert state_a["datasets"] != state_b["datasets"]  # resuming across them needs allow_data_change=True
 
 
 @pytest.mark.skipif(not GPT2_JSON.is_file(), reason="../shared (GPT-2 tokenizer, corpora) not present")

@@ -1,8 +1,9 @@
-"""What a mixture loader has done so far: the current phase, and per source tokens, samples and epoch.
+"""What a loader has done so far: the current phase, per source tokens, samples and epoch, and its reads.
 
 Consumption is of the *global* stream (all ranks) before the loader's next batch — computed from the plan
-when read, so it is exact after a resume and costs nothing per batch. Rows and bytes copied, and the
-page-cache hints, are this process's own reads.
+when read, so it is exact after a resume and costs nothing per batch. Rows and bytes copied, shuffle
+blocks touched and the page-cache hints are this process's own reads (`ReadMetrics`, one per stream). The
+same dict for every loader: a single dataset is a recipe of one source.
 """
 
 from __future__ import annotations
@@ -13,23 +14,24 @@ from typing import Any
 
 import numpy as np
 
-from ..batching import num_windows
-from ..batching.readahead import ReadMetrics
-from .cursor import Cursor, Exhaustion
-from .phases import PhasePlan
+from ..mixture.cursor import Cursor, Exhaustion
+from ..mixture.phases import PhasePlan
+from .readahead import ReadMetrics
+from .windows import num_windows
 
-__all__ = ["MixtureMetrics"]
+__all__ = ["LoaderMetrics"]
 
 
 @dataclass
-class MixtureMetrics:
-    """`to_json()` gives the table `shardkit stream --recipe` prints; `record()` is the per-batch part."""
+class LoaderMetrics:
+    """`to_json()` gives what `shardkit stream` prints; `reads.record_step` and `pending` are the per-item part."""
 
     plan: PhasePlan
     cursor: Cursor
     num_tokens: dict[str, int]  # per source: tokens in its dataset (epochs at any seq_len)
     epochs: dict[str, int | None]
-    reads: dict[str, list[ReadMetrics]]  # per source: one per seq_len stream
+    reads: dict[str, list[ReadMetrics]]  # per source: one per seq_len stream (hints)
+    steps: ReadMetrics = None  # type: ignore[assignment]  # every item this process delivered, all sources
     position: Callable[[], int] = lambda: 0  # the loader's next batch
     end_batch: int = 0
     exhausted: Exhaustion | None = None
@@ -43,6 +45,8 @@ class MixtureMetrics:
         self.batches = 0
         self.pending = 0
         self._open: tuple[int, np.ndarray] | None = None
+        if self.steps is None:
+            self.steps = ReadMetrics()
 
     def open_chunk(self, phase: int, per_batch: np.ndarray) -> None:
         """A chunk of batches starts: `per_batch[i]` = rows of each source in its i-th batch."""
@@ -92,7 +96,8 @@ class MixtureMetrics:
                 "groups_entered": sum(r.groups_entered for r in reads),
                 "bytes_prefetched": sum(r.bytes_prefetched for r in reads),
             }
-        out: dict[str, Any] = {
+        out: dict[str, Any] = self.steps.to_json()
+        out.update({
             "batch": b,
             "phase": loc.phase if loc.phase < len(plan.phases) else None,
             "phase_name": phase.name if loc.phase < len(plan.phases) else None,
@@ -106,10 +111,9 @@ class MixtureMetrics:
             "samples": int(sum(samples)),
             "tokens": int(sum(tokens)),
             "sources": sources,
-            "steps": batches,
-            "bytes_copied": int(sum(copied)),
+            "items": batches,
             "groups_entered": sum(s["groups_entered"] for s in sources.values()),
             "bytes_prefetched": sum(s["bytes_prefetched"] for s in sources.values()),
             "bytes_released": sum(r.bytes_released for rs in self.reads.values() for r in rs),
-        }
+        })
         return out

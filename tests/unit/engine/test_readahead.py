@@ -1,11 +1,16 @@
 """Page-cache hints: each block hinted once while held, finished groups released, upcoming ones never."""
 
+import threading
 
 import numpy as np
 import pytest
 
-from shardkit.batching.readahead import Readahead, ReadMetrics
+from shardkit.engine.mapper import Mapper
+from shardkit.engine.plan import Stream
+from shardkit.engine.readahead import HINTS_AVAILABLE, GroupHints, HintWorker, ReadMetrics, _block_tasks
+from shardkit.engine.windows import Windows
 from shardkit.format import open_dataset
+from shardkit.order import SampleOrder, ShuffleConfig
 from shardkit.writer import write_dataset
 
 SEQ = 64
@@ -21,12 +26,37 @@ def dataset(tmp_path_factory):
     return open_dataset(path)
 
 
+class _Hints:
+    """The old test surface over GroupHints: enter_group(epoch, group, blocks, next) and wait()."""
+
+    def __init__(self, ds, block, *, evict=True):
+        if not HINTS_AVAILABLE:
+            pytest.skip("madvise is not available here")
+        windows = Windows(ds, SEQ)
+        order = SampleOrder(windows.num_samples, ShuffleConfig(mode="block", block_samples=block, group_blocks=8), 1)
+        self.stream = Stream(index=0, name="data", seq_len=SEQ, windows=windows, order=order, limit=None)
+        self.mapper = Mapper([ds], 16)
+        self.worker = HintWorker(self.mapper)
+        self.metrics = ReadMetrics()
+        self.hints = GroupHints(self.stream, self.worker, self.metrics, local=True, whole_groups=True, evict=evict)
+
+    def enter_group(self, epoch, group, blocks, next_blocks):
+        order = self.stream.order  # the test names the blocks: make the order give exactly those
+        order.blocks_of_group = lambda e, g: {(epoch, group): blocks}.get((e, g), next_blocks)
+        order.group_after = lambda e, g, k=1: (e, g + k)
+        self.hints.enter(epoch, group)
+
+    def release(self, blocks):
+        self.worker.submit(_block_tasks(self.hints.release_kind, self.stream, blocks, self.metrics))
+        self.worker.wait()
+
+    def wait(self):
+        self.worker.wait()
+
+
 def _readahead(ds):
-    metrics = ReadMetrics()
-    ra = Readahead(ds, SEQ, BLOCK, metrics)
-    if not ra.enabled:
-        pytest.skip("madvise is not available here")
-    return ra, metrics
+    ra = _Hints(ds, BLOCK)
+    return ra, ra.metrics
 
 
 def test_a_single_group_dataset_is_hinted_once_and_never_released(dataset):
@@ -100,21 +130,31 @@ def _resident_pages(path) -> int:
 def test_evict_drops_finished_blocks_from_the_page_cache(dataset):
     # one block spans the first shard: the kernel drops whole page-cache folios only, and a small file
     # read in one go may sit in one large folio
-    metrics = ReadMetrics()
-    ra = Readahead(dataset, SEQ, dataset.shards[0].num_tokens // SEQ + 1, metrics)
-    if not ra.enabled:
-        pytest.skip("madvise is not available here")
+    ra = _Hints(dataset, dataset.shards[0].num_tokens // SEQ + 1)
     path = dataset.shards[0].bin_path
     with open(path, "rb") as f:
         f.read()  # bring the whole file into the page cache
     assert _resident_pages(path) > 0
-    ra._work(None, [], [np.array([0])])  # unmap, then evict (mapped pages cannot be evicted)
+    ra.release(np.array([0]))  # unmap, then evict (mapped pages cannot be evicted)
     assert _resident_pages(path) == 0
-    kept = Readahead(dataset, SEQ, dataset.shards[0].num_tokens // SEQ + 1, metrics, evict=False)
+    kept = _Hints(dataset, dataset.shards[0].num_tokens // SEQ + 1, evict=False)
     with open(path, "rb") as f:
         f.read()
-    kept._work(None, [], [np.array([0])])
+    kept.release(np.array([0]))
     assert _resident_pages(path) > 0  # release="unmap": the pages stay cached for other readers
+
+
+def test_one_hint_thread_whatever_the_number_of_groups(dataset):
+    """Hints run on one worker thread per loader: entering 300 groups never adds threads."""
+    ra = _Hints(dataset, 1)
+    before = threading.active_count()
+    for g in range(300):
+        ra.enter_group(0, g, np.array([g % 32]), np.array([(g + 1) % 32]))
+    ra.wait()
+    assert threading.active_count() <= before + 1
+    assert ra.metrics.groups_entered == 300
+    ra.worker.close()
+    assert not ra.worker.alive
 
 
 def test_read_metrics_equal_a_per_step_count():
@@ -162,7 +202,7 @@ def test_mappings_are_advised_for_the_shuffle_mode(tmp_path, shuffle, flag):
     write_dataset(path, [rng.integers(0, 1000, 3000, dtype=np.uint16) for _ in range(4)])
     ld = Loader(path, seq_len=SEQ, batch_schedule=4, shuffle=shuffle, seed=1)
     next(iter(ld))
-    if not ld.readahead.enabled:
+    if not HINTS_AVAILABLE:
         pytest.skip("madvise is not available here")
     flags = _vm_flags(ld.dataset.shards[0].bin_path.resolve())
     assert flags and all(flag in f for f in flags), flags

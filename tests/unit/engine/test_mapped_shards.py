@@ -1,11 +1,11 @@
-"""WindowSource keeps a bounded number of shards mapped: an epoch over many shards holds few descriptors."""
+"""The mapper keeps a bounded number of shards mapped: an epoch over many shards holds few descriptors."""
 
 import os
 
 import numpy as np
 import pytest
 
-from shardkit.batching import BatchFields, windows
+from shardkit.engine import BatchFields
 from shardkit.loader import Loader
 from shardkit.writer import write_dataset
 
@@ -33,16 +33,14 @@ def _open_shard_files(path) -> int:
 
 
 @pytest.mark.parametrize("shuffle", ["block", "full"])
-def test_an_epoch_over_many_shards_keeps_few_mapped_and_the_same_batches(many_shards, monkeypatch, shuffle):
+def test_an_epoch_over_many_shards_keeps_few_mapped_and_the_same_batches(many_shards, shuffle):
     kw = dict(seq_len=SEQ, seed=3, batch_schedule=4, max_epochs=1, shuffle=shuffle, block_samples=16,
               fields=BatchFields(position_ids=True, cu_seqlens=True))
-    first = Loader(many_shards, **kw)
+    first = Loader(many_shards, **kw, max_open_shards=1024)
     unbounded = [b["input_ids"].copy() for b in first]
-    # its last hint thread holds the source (every shard mapped) until done: not this test's subject
-    first.readahead.wait()
+    first.close()
     del first
-    monkeypatch.setattr(windows, "MAPPED_SHARDS", 3)
-    loader = Loader(many_shards, **kw)
+    loader = Loader(many_shards, **kw, max_open_shards=4)
     assert loader.dataset.num_shards > 20
     peak = 0
     got = []
@@ -51,7 +49,5 @@ def test_an_epoch_over_many_shards_keeps_few_mapped_and_the_same_batches(many_sh
         if i % 5 == 0:
             peak = max(peak, _open_shard_files(many_shards))
     assert len(got) == len(unbounded) and all(np.array_equal(a, b) for a, b in zip(got, unbounded))
-    mapped = sum("tokens" in s.__dict__ or "doc_offsets" in s.__dict__ for s in loader.dataset.shards)
-    # 3 shards in use plus what the readahead hinted for the next group (a few shards of 200 tokens)
-    assert mapped <= 3 + 8, mapped
-    assert peak <= 2 * (3 + 8), peak
+    assert loader.engine.mapper.held() <= 4
+    assert peak <= 4 + 2, peak  # the budget, plus a shard the hint worker may hold for one madvise

@@ -1,0 +1,308 @@
+"""The read engine: plan → mapping → gather → fields, one pipeline behind every loader.
+
+An *item* (a DataLoader item) is this rank's share of one global batch, or one micro-batch of it. Items are
+numbered per rank; with micro-batches, item u starts at global sample u·W·m, so (batch, micro) of any item
+is O(log stages) away. Any worker can start anywhere, and nothing is stored between items but the next
+item's position — `state_at` and resume are O(1) at any step.
+
+Per chunk (up to ~64 MiB of this rank's rows) the plan computes every row's source, sample and shard with
+array operations; rows are then copied slab by slab (~256 KiB, L2-sized, ending where a shuffle group does)
+with one gather each, and items are handed out as views of their slab (a slab is never reused, so items a
+caller keeps are never overwritten).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from ..format.dataset import Dataset
+from ..order import ShuffleMode, item_sequence
+from .config import Placement, ReadOptions, check_divisible
+from .fields import BatchFields, DocStarts, assemble
+from .gather import Gather
+from .mapper import Mapper
+from .metrics import LoaderMetrics
+from .plan import Plan
+from .readahead import GroupHints, HintWorker, ReadMetrics, advise_hugepage, advise_random, hint_rows
+
+__all__ = ["Engine"]
+
+# rows are planned this many bytes at a time (NumPy's per-call cost is paid per chunk, not per item); the
+# first chunk after a (re)start is small, so the first batch is quick
+CHUNK_BYTES = 64 << 20
+CHUNK_ROWS = 16384
+FIRST_CHUNK_ROWS = 256
+SLAB_BYTES = 256 << 10  # rows are gathered this many bytes at a time: two live slabs stay in L2
+_UNITS_PER_CALL = 4096
+
+
+class Engine:
+    """Items of a `Plan` for one rank: the machinery both `Loader` and `MixtureLoader` are facades over."""
+
+    def __init__(self, plan: Plan, datasets: list[Dataset], placement: Placement, read: ReadOptions, *,
+                 label_sources: bool) -> None:
+        self.plan = plan
+        self.datasets = datasets
+        self.placement = placement
+        self.read = read
+        self.label_sources = label_sources  # batches carry `source`, `phase`, `phase_name` (recipes)
+        self.dtype = np.result_type(*(d.dtype for d in datasets))
+        self._check_geometry()
+        self.mapper = Mapper(datasets, read.max_open_shards)
+        self._worker = HintWorker(self.mapper)
+        self._finalizer = weakref.finalize(self, _shutdown, self._worker, self.mapper)
+        multi_rank = placement.world_size > 1
+        self.reads: dict[tuple[int, int], ReadMetrics] = {}
+        self.hints: dict[tuple[int, int], GroupHints] = {}
+        gates: dict[tuple[int, int], Any] = {}
+        ds_index = {id(d): i for i, d in enumerate(datasets)}
+        advice: dict[int, Any] = {}
+        shared = {id(d) for d in datasets if sum(plan.sources[n].dataset is d for n in plan.names) > 1}
+        for key, stream in plan.streams.items():
+            ds = stream.windows.dataset
+            self.reads[key] = ReadMetrics()
+            remote = ds.prefetch_window(stream.seq_len, stream.order.block) if hasattr(ds, "prefetch_window") \
+                else None
+            if hasattr(ds, "read_gate"):
+                gates[key] = ds.read_gate(stream.seq_len)
+            # evicting a finished group from the page cache would drop pages another source of the files reads
+            evict = read.release == "evict" and id(ds) not in shared
+            self.hints[key] = GroupHints(stream, self._worker, self.reads[key], local=read.readahead,
+                                         whole_groups=not multi_rank, evict=evict, remote=remote)
+            d = ds_index[id(ds)]
+            if stream.order.mode is ShuffleMode.FULL:
+                advice[d] = advise_random  # last word: a dataset a full-shuffle source reads gets no read-around
+            elif not multi_rank:
+                advice.setdefault(d, advise_hugepage)
+        self.mapper.on_map = {d: f for d, f in advice.items()} if read.readahead else {}
+        self.gather = Gather(self.mapper, self.dtype, gates)
+        self._gates = gates
+        self.doc_starts = DocStarts(self.mapper)
+        self._block_base: dict[tuple[int, int], int] = {}
+        base = 0
+        for key, stream in sorted(plan.streams.items()):
+            self._block_base[key] = base
+            base += stream.order.full_blocks + 1
+        self._num_blocks = base
+        self.metrics = LoaderMetrics(
+            plan=plan.phases, cursor=plan.cursor,
+            num_tokens={n: plan.sources[n].dataset.num_tokens for n in plan.names},
+            epochs={n: plan.sources[n].epochs for n in plan.names},
+            reads={n: [self.reads[k] for k in sorted(plan.streams) if plan.names[k[0]] == n] for n in plan.names},
+            itemsize=self.dtype.itemsize, position=lambda: self.batch)
+        self.metrics.end_batch, self.metrics.exhausted = plan.end, plan.exhausted
+        self.batch = 0
+        self.micro = 0
+
+    def _check_geometry(self) -> None:
+        """Every batch size the run will use, of every stage of every phase, divides over ranks and micro-batches."""
+        sizes = []
+        for i, (p, b) in enumerate(zip(self.plan.phases.phases, self.plan.phases.bounds)):
+            where = f"phases[{i}] ({p.name})" if len(self.plan.phases.phases) > 1 or self.label_sources else \
+                "batch_schedule"
+            sizes += [(f"{where}, batch {first}", size) for first, _, size in p.batch.stages if first < b.num_batches]
+        check_divisible(sizes, self.placement)
+
+    # -- items ----------------------------------------------------------------------------------------------------
+    @property
+    def micro_batch_size(self) -> int | None:
+        return self.placement.micro_batch_size
+
+    def _unit_rows(self) -> int:
+        return self.placement.world_size * (self.placement.micro_batch_size or 0)
+
+    def unit_index(self, batch: int, micro: int = 0) -> int:
+        """Index of (batch, micro) in the sequence of items this rank delivers."""
+        if not self.placement.micro_batch_size:
+            return batch
+        return self.plan.samples_before(batch) // self._unit_rows() + micro
+
+    def unit_positions(self, units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(batch, micro) of items `units`, vectorised."""
+        if not self.placement.micro_batch_size:
+            return units, np.zeros_like(units)
+        per = self._unit_rows()
+        samples = units * per
+        batches = self.plan.batch_at_samples(samples)
+        starts = np.array([self.plan.samples_before(int(b)) for b in np.unique(batches).tolist()], np.int64)
+        first = starts[np.searchsorted(np.unique(batches), batches)]
+        return batches, (samples - first) // per
+
+    def unit_position(self, unit: int) -> tuple[int, int]:
+        b, k = self.unit_positions(np.array([unit], dtype=np.int64))
+        return int(b[0]), int(k[0])
+
+    def num_micro(self, batch: int) -> int:
+        size = self.plan.batch_size(batch) // self.placement.world_size
+        return size // self.placement.micro_batch_size if self.placement.micro_batch_size else 1
+
+    def iter_units(self, first: int, *, stride: int = 1, run: int = 1, stop: int | None = None,
+                   fields: BatchFields | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+        """(item index, item) for items `item_sequence(first, stride, run)` below `stop` and the end of data.
+
+        stride=1: every item from `first`; stride=k: every k-th (worker w of k); run=g with stride=g·k: runs of
+        g consecutive items, every k-th run (workers that ship groups of g items). `fields` overrides the
+        read options' batch fields (the DataLoader adapters ship one `tokens` array per item).
+        """
+        fields = self.read.fields if fields is None else fields
+        t, limit_rows = 0, FIRST_CHUNK_ROWS
+        end = self.plan.end
+        while True:
+            units = item_sequence(first, stride, run, t, _UNITS_PER_CALL)
+            if stop is not None:
+                units = units[units < stop]
+            if not units.size:
+                return
+            batches, micros = self.unit_positions(units)
+            live = batches < end
+            if not live[0]:
+                return
+            if not live.all():
+                n = int(np.argmax(~live))
+                units, batches, micros = units[:n], batches[:n], micros[:n]
+            phases = self.plan.phase_of(batches)
+            if phases[-1] != phases[0]:  # one phase (one seq_len) per chunk
+                n = int(np.argmax(phases != phases[0]))
+                units, batches, micros = units[:n], batches[:n], micros[:n]
+            phase = int(phases[0])
+            sizes, starts = self.plan.sizes(phase, batches)
+            per = sizes // self.placement.world_size
+            m = self.placement.micro_batch_size
+            count = np.full_like(per, m) if m else per
+            lo = starts + self.placement.rank * per + micros * (m or 0)
+            p = self.plan.phases.phases[phase]
+            row_bytes = (p.seq_len + 1) * self.dtype.itemsize
+            rows = max(1, min(limit_rows, CHUNK_BYTES // row_bytes) * len(p.mix))
+            n = max(1, int(np.searchsorted(np.cumsum(count), rows, side="right")))
+            yield from self._materialise(phase, units[:n], batches[:n], micros[:n], lo[:n], lo[:n] + count[:n],
+                                         sizes[:n], per[:n], fields)
+            t += n
+            limit_rows = CHUNK_ROWS
+
+    def _materialise(self, phase: int, units: np.ndarray, batches: np.ndarray, micros: np.ndarray,
+                     lo: np.ndarray, hi: np.ndarray, sizes: np.ndarray, per: np.ndarray, fields: BatchFields
+                     ) -> Iterator[tuple[int, dict[str, Any]]]:
+        """Rows [lo, hi) (phase positions) of each item, computed for the whole chunk, copied slab by slab."""
+        p = self.plan.phases.phases[phase]
+        width = p.seq_len + 1
+        itemsize = self.dtype.itemsize
+        row_bytes = width * itemsize
+        counts = hi - lo
+        bounds = np.concatenate([[0], np.cumsum(counts)])
+        positions = np.arange(int(bounds[-1]), dtype=np.int64) + np.repeat(lo - bounds[:-1], counts)
+        rows = self.plan.rows(phase, positions)
+        for j, stream in rows.streams.items():  # remote: fetch the chunk's blocks in order of first use
+            gate = self._gates.get((j, p.seq_len))
+            if gate is not None:
+                sel = slice(None) if len(rows.streams) == 1 else np.flatnonzero(rows.src == j)
+                gate.upcoming(rows.gid[sel] - stream.windows.gid_base, rows.local[sel])
+        if self.placement.world_size > 1 and self.read.readahead:
+            hint_rows(self._worker, rows, lambda j: self.reads[(j, p.seq_len)], itemsize, width)
+        entering, blocks = self._groups_and_blocks(rows, p.seq_len)
+        first_rows = bounds[:-1]
+        enter_items = np.zeros(units.size, dtype=bool)
+        if entering:
+            enter_items[np.searchsorted(bounds, [r for r, _, _, _ in entering], side="right") - 1] = True
+        # slabs: runs of whole items of ~SLAB_BYTES, each filled by one gather when its first item is due; a
+        # slab also ends where a shuffle group begins, so one read spans at most two groups
+        slab_id = bounds[:-1] // max(1, SLAB_BYTES // row_bytes)
+        starts_slab = np.flatnonzero((np.diff(slab_id, prepend=-1) != 0) | enter_items)
+        slab_bounds = bounds[np.append(starts_slab, units.size)].tolist()
+        per_item = np.bincount(np.repeat(np.arange(units.size) * len(self.plan.names), counts) + rows.src,
+                               minlength=units.size * len(self.plan.names)).reshape(units.size, -1)
+        metrics = self.metrics
+        metrics.open_chunk(phase, per_item)
+        record = metrics.steps.record_step
+        epochs_first = rows.epochs[first_rows].tolist() if rows.size else []
+        plain = not fields.needs_docs and not fields.loss_mask
+        tokens_only = fields.tokens_only
+        label = self.label_sources
+        bl = bounds.tolist()
+        enter_at = [(int(np.searchsorted(bounds, r, side="right")) - 1, key, e, g) for r, key, e, g in entering]
+        next_enter = 0
+        slab: np.ndarray | None = None
+        slab_base = slab_end = 0
+        next_slab = 0
+        m = self.placement.micro_batch_size
+        for i, (u, b, k, size, share) in enumerate(zip(units.tolist(), batches.tolist(), micros.tolist(),
+                                                       sizes.tolist(), per.tolist())):
+            a, z = bl[i], bl[i + 1]
+            if z > slab_end:  # item i starts the next slab
+                slab_base, slab_end = slab_bounds[next_slab], slab_bounds[next_slab + 1]
+                slab = self.gather.slab(rows, slab_base, slab_end, width)
+                next_slab += 1
+            while next_enter < len(enter_at) and enter_at[next_enter][0] <= i:
+                _, key, e, g = enter_at[next_enter]
+                self.hints[key].enter(e, g)
+                next_enter += 1
+            tokens = slab[a - slab_base:z - slab_base]  # type: ignore[index]
+            record(epochs_first[i], blocks, a, z, row_bytes, self._num_blocks)
+            metrics.pending = i + 1
+            if plain:  # the common case, without a call per field
+                out = {"tokens": tokens} if tokens_only else {"input_ids": tokens[:, :-1], "labels": tokens[:, 1:]}
+            else:
+                out = self._fields(rows, a, z, tokens, p.seq_len, fields)
+            if label:
+                out["source"] = rows.src[a:z]
+                out["phase"], out["phase_name"] = phase, p.name
+            out["batch_index"], out["global_batch_size"] = b, size
+            out["micro_index"], out["num_micro"] = k, (share // m if m else 1)
+            yield u, out
+        metrics.close_chunk()
+
+    def _fields(self, rows: Any, a: int, z: int, tokens: np.ndarray, seq_len: int, fields: BatchFields
+                ) -> dict[str, Any]:
+        streams, src, ids = rows.streams, rows.src[a:z].tolist(), rows.ids[a:z].tolist()
+        return assemble(tokens, lambda r: self.doc_starts(streams[src[r]], ids[r]), seq_len, fields)
+
+    def _groups_and_blocks(self, rows: Any, seq_len: int) -> tuple[list[tuple[int, tuple[int, int], int, int]],
+                                                                   np.ndarray]:
+        """(group entries (row, stream key, epoch, group) in row order, each row's global shuffle block)."""
+        entries: list[tuple[int, tuple[int, int], int, int]] = []
+        blocks = np.empty(rows.size, dtype=np.int64)
+        single = len(rows.streams) == 1
+        for j, stream in rows.streams.items():
+            key = (j, seq_len)
+            sel = np.arange(rows.size) if single else np.flatnonzero(rows.src == j)
+            order = stream.order
+            blocks[sel] = rows.ids[sel] // order.block + self._block_base[key]
+            if not sel.size or order.mode is ShuffleMode.FULL:
+                continue
+            epochs = rows.epochs[sel]
+            gk = epochs * order.num_groups + order.group_of_position(rows.within[sel])
+            cur = self.hints[key].current
+            prev = cur[0] * order.num_groups + cur[1] if cur is not None else -1
+            change = np.flatnonzero(np.diff(gk, prepend=prev) != 0)
+            for c in change.tolist():
+                g = int(gk[c])
+                entries.append((int(sel[c]), key, g // order.num_groups, g % order.num_groups))
+        entries.sort()
+        return entries, blocks
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the hint worker, release every mapping and remote pin; the engine can be used again after."""
+        _shutdown(self._worker, self.mapper)
+        for gate in self._gates.values():
+            gate.release()
+
+    @property
+    def threads_alive(self) -> int:
+        return int(self._worker.alive)
+
+    def wait_hints(self) -> None:
+        self._worker.wait()
+
+    def __getstate__(self) -> dict[str, Any]:
+        raise TypeError("the read engine holds live mappings and a thread; pickle the loader instead, which "
+                        "reopens its files in the new process")
+
+
+def _shutdown(worker: HintWorker, mapper: Mapper) -> None:
+    """Also the finalizer of a dropped engine: must not refer to the engine itself."""
+    worker.close()
+    mapper.clear()

@@ -1,0 +1,127 @@
+"""Copy the windows of a slab of rows into one new array: one C-level gather per slab, never per sample.
+
+Rows of a slab may come from many shards of several sources. Their mappings (held from the `Mapper` for
+the duration of the copy) are addressed as one read-only strided view whose row `r` is the window starting
+`r` items after the lowest mapping, so the window at token `t` of shard `g` is row `offset[g] + t` and the
+whole slab is `view[rows]`: one fancy-index, one copy. A slab of one shard uses that shard alone.
+
+**The invariant that makes the spanning view safe:** it also covers the gaps between mappings, so only
+rows whose whole window lies inside a shard that is mapped and held for the copy are ever gathered
+through it; a window that runs past its shard's end gets a placeholder row and is then assembled from the
+two shards. A slab touching more shards than the mapping budget is copied in parts of at most that many
+shards; sources of different token dtypes are copied per dtype and cast into the slab's dtype.
+
+Remote sources: before a copy the source's `ReadGate` waits for (and pins) the cache blocks under it — a
+hole in a sparse cache file would read as zeros, silently wrong data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .mapper import Mapper, Mapping
+from .plan import Rows
+
+__all__ = ["Gather"]
+
+
+class Gather:
+    """Slabs of `Rows` → token arrays of `dtype` (the sources' common dtype)."""
+
+    def __init__(self, mapper: Mapper, dtype: np.dtype, gates: dict[tuple[int, int], Any]) -> None:
+        self.mapper = mapper
+        self.dtype = np.dtype(dtype)
+        self.gates = gates  # (source, seq_len) → ReadGate, remote sources only
+        self._offset = np.zeros(mapper.num_shards, dtype=np.int64)  # scratch: item offset of each held shard
+        self._dtypes = {d.dtype.str for d in mapper.datasets}
+
+    def slab(self, rows: Rows, a: int, z: int, width: int) -> np.ndarray:
+        """Token rows [a, z) of `rows`, a new (z − a, width) array."""
+        gid, local, inside = rows.gid[a:z], rows.local[a:z], rows.inside[a:z]
+        if self.gates:
+            self._wait(rows, a, z, width)
+        if len(self._dtypes) > 1:
+            return self._by_dtype(gid, local, inside, width)
+        return self._copy(gid, local, inside, width)
+
+    def _wait(self, rows: Rows, a: int, z: int, width: int) -> None:
+        src = rows.src[a:z]
+        for j, stream in rows.streams.items():
+            gate = self.gates.get((j, width - 1))
+            if gate is None:
+                continue
+            sel = slice(None) if len(rows.streams) == 1 else np.flatnonzero(src == j)
+            gate.located(rows.gid[a:z][sel] - stream.windows.gid_base, rows.local[a:z][sel])
+
+    def _by_dtype(self, gid: np.ndarray, local: np.ndarray, inside: np.ndarray, width: int) -> np.ndarray:
+        out = np.empty((gid.size, width), dtype=self.dtype)
+        ds = self.mapper._where[gid]
+        for d in np.unique(ds).tolist():
+            sel = np.flatnonzero(ds == d)
+            out[sel] = self._copy(gid[sel], local[sel], inside[sel], width)
+        return out
+
+    def _copy(self, gid: np.ndarray, local: np.ndarray, inside: np.ndarray, width: int) -> np.ndarray:
+        shards = sorted(set(gid.tolist())) if gid.size < 4096 else np.unique(gid).tolist()
+        room = max(1, self.mapper.budget - 2)  # a window crossing into the next shard maps one more
+        if len(shards) <= room:
+            return self._gather(shards, gid, local, inside, width)
+        out = np.empty((gid.size, width), dtype=self.mapper.shard(int(gid[0])).dtype)
+        order = np.argsort(gid, kind="stable")
+        ranks = np.searchsorted(np.asarray(shards), gid[order])  # which distinct shard each sorted row reads
+        for lo in range(0, len(shards), room):
+            part = order[(ranks >= lo) & (ranks < lo + room)]
+            out[part] = self._gather(shards[lo:lo + room], gid[part], local[part], inside[part], width)
+        return out
+
+    def _gather(self, shards: list[int], gid: np.ndarray, local: np.ndarray, inside: np.ndarray,
+                width: int) -> np.ndarray:
+        held = self.mapper.hold(shards)  # mapped, and kept mapped until the copy is done
+        for g, m in zip(shards, held):
+            m.check_intact(self.mapper.shard(g))  # one fstat: a truncated file raises instead of SIGBUS
+        crossing = [] if inside.all() else np.flatnonzero(~inside).tolist()
+        if len(crossing) == gid.size:
+            out = np.empty((gid.size, width), dtype=held[0].tokens.dtype)
+        else:
+            view, rows = self._view(shards, held, gid, local, width)
+            if crossing:  # any row inside a shard stands in until the window is assembled below
+                rows[crossing] = rows[int(np.argmax(inside))]
+            out = view[rows]
+        for j in crossing:
+            self._read_across(int(gid[j]), int(local[j]), out[j])
+        return out
+
+    def _view(self, shards: list[int], held: list[Mapping], gid: np.ndarray, local: np.ndarray, width: int
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """(a view whose row r is the window starting r items after its base, each row's index in it)."""
+        first = held[0]
+        item = first.tokens.itemsize
+        if len(held) == 1:
+            n = max(1, first.tokens.size - width + 1)
+            view = np.lib.stride_tricks.as_strided(first.tokens, shape=(n, width), strides=(item, item),
+                                                   writeable=False)
+            return view, local.copy()
+        base = min(m.address for m in held if m.tokens.size)
+        lowest = next(m for m in held if m.tokens.size and m.address == base)
+        end = max(m.address + m.tokens.nbytes for m in held)
+        # mappings are page-aligned, so every shard's first token is a whole number of items from the base
+        self._offset[shards] = [(m.address - base) // item for m in held]
+        n = max(1, (end - base) // item - width + 1)
+        view = np.lib.stride_tricks.as_strided(lowest.tokens, shape=(n, width), strides=(item, item),
+                                               writeable=False)
+        rows = self._offset[gid]
+        rows += local
+        return view, rows
+
+    def _read_across(self, g: int, lo: int, out: np.ndarray) -> None:
+        """A window that runs past the end of shard g, assembled from the shards after it (same dataset)."""
+        at = 0
+        while at < out.size:
+            m = self.mapper.tokens(g)
+            m.check_intact(self.mapper.shard(g))
+            n = min(out.size - at, m.tokens.size - lo)
+            if n > 0:
+                out[at:at + n] = m.tokens[lo:lo + n]
+            at, g, lo = at + max(n, 0), g + 1, 0
