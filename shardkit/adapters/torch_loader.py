@@ -8,7 +8,8 @@ descriptor over a socket; that costs more than building a small batch (batch 8 Ã
 * each worker packs `group` consecutive items into one array per field, written straight into a slot of
   a ring it owns inside one `multiprocessing.shared_memory` segment (created by the main process; the
   resource tracker removes it even if the main process is killed);
-* only a small dict (slot, layout, row counts, scalars) travels through the DataLoader's queue;
+* only a small dict (slot, layout) travels through the DataLoader's queue, whatever the number of items:
+  each item's row counts and numeric scalars are written into the slot with its arrays;
 * the main process copies the group out of the slot into private memory (pinned memory with
   `pin_memory=True` and an accelerator), marks the slot released in a shared counter, and cuts the group
   into items as views. A worker waits before reusing a slot that is not released; with torch's bounded
@@ -26,6 +27,7 @@ restoring the loader before or after wrapping it is the same. The loader crosses
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -72,8 +74,10 @@ class _Layout:
             sizes.append(rows * width * 4)
         if loader.labels_sources:
             sizes.append(rows * 8)  # the source of every row
-        # a group splits into at most `group` runs of one shape, each field of a run aligned on its own
-        self.slot_bytes = sum(_align(n) for n in sizes) + group * len(sizes) * _ALIGN
+        # a group splits into at most `group` runs of one shape, each field of a run aligned on its own; then
+        # each item's lengths and numeric scalars (int64)
+        self.slot_bytes = sum(_align(n) for n in sizes) + group * len(sizes) * _ALIGN + \
+            _align(group * (len(sizes) + 16) * 8)
 
 
 def _runs(items: list[dict[str, Any]], names: list[str]) -> list[tuple[int, int]]:
@@ -101,6 +105,7 @@ class _Groups(IterableDataset):
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         worker, workers = _worker()
+        self._parent = os.getppid()
         # attaching registers the name again with the resource tracker, which workers share with the main
         # process (a set: no double entry); the main process unlinks it, or the tracker does if it dies
         shm = shared_memory.SharedMemory(name=self.shm_name)
@@ -120,10 +125,18 @@ class _Groups(IterableDataset):
             released = None  # drop the views before closing the mapping
             shm.close()
 
+    def _wait_for_slot(self, released: np.ndarray, worker: int, k: int) -> None:
+        """Until the main process has copied out the slot's previous group; exit if it died meanwhile."""
+        waited = 0
+        while int(released[worker]) <= k - self.ring:
+            time.sleep(0.0002)
+            waited += 1
+            if waited % 500 == 0 and os.getppid() != self._parent:  # ~0.1 s: the trainer is gone
+                os._exit(0)  # nothing to hand the group to; the resource tracker unlinks the segment
+
     def _ship(self, units: list[tuple[int, dict[str, Any]]], shm: shared_memory.SharedMemory,
               released: np.ndarray, worker: int, k: int) -> dict[str, Any]:
-        while int(released[worker]) <= k - self.ring:  # the slot's previous group is still being copied out
-            time.sleep(0.0002)
+        self._wait_for_slot(released, worker, k)
         items = [item for _, item in units]
         names = [n for n, v in items[0].items() if isinstance(v, np.ndarray)]
         base = _align(self.workers * 8) + (worker * self.ring + k % self.ring) * self.slot_bytes
@@ -142,15 +155,39 @@ class _Groups(IterableDataset):
                 np.concatenate(arrays, axis=0, out=out)
                 layout.append((name, dtype.str, shape, base + at, start, stop))
                 at += _align(nbytes)
-        return {"worker": worker, "seq": k, "layout": layout, "names": names,
-                "lengths": [[int(it[n].shape[0]) for n in names] for it in items],
-                "scalars": [{n: v for n, v in it.items() if not isinstance(v, np.ndarray)} for it in items]}
+        # per-item lengths and numeric scalars travel in the slot too: the queue carries a few hundred bytes
+        # whatever the number of items (a 64 KiB pipe that fills blocks a worker's feeder thread for good)
+        numeric = [n for n, v in items[0].items() if not isinstance(v, np.ndarray) and _is_int(v)]
+        meta = np.ndarray((len(items), len(names) + len(numeric)), np.int64, buffer=shm.buf, offset=base + at)
+        meta[:, :len(names)] = [[it[n].shape[0] for n in names] for it in items]
+        meta[:, len(names):] = [[it[n] for n in numeric] for it in items]
+        text = {n: _run_lengths([it[n] for it in items]) for n, v in items[0].items()
+                if not isinstance(v, np.ndarray) and n not in numeric}
+        return {"worker": worker, "seq": k, "layout": layout, "names": names, "numeric": numeric,
+                "meta": (base + at, len(items)), "text": text}
 
 
-def _unpack(group: dict[str, Any], arrays: list[torch.Tensor], *, tokens_only: bool) -> Iterator[dict[str, Any]]:
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def _run_lengths(values: list[Any]) -> list[tuple[Any, int]]:
+    out: list[tuple[Any, int]] = []
+    for v in values:
+        if out and out[-1][0] == v:
+            out[-1] = (v, out[-1][1] + 1)
+        else:
+            out.append((v, 1))
+    return out
+
+
+def _unpack(group: dict[str, Any], arrays: list[torch.Tensor], meta: np.ndarray, *, tokens_only: bool
+            ) -> Iterator[dict[str, Any]]:
     """The items of a group, as views of its (copied-out) tensors, one per (run, field) of the layout."""
-    names = group["names"]
+    names, numeric = group["names"], group["numeric"]
     field = {name: j for j, name in enumerate(names)}
+    lengths, scalars = meta[:, :len(names)].tolist(), meta[:, len(names):].tolist()
+    text = {n: [v for v, c in runs for _ in range(c)] for n, runs in group["text"].items()}
     runs: dict[tuple[int, int], dict[str, torch.Tensor]] = {}
     for (name, _, _, _, start, stop), t in zip(group["layout"], arrays):
         runs.setdefault((start, stop), {})[name] = t
@@ -159,14 +196,16 @@ def _unpack(group: dict[str, Any], arrays: list[torch.Tensor], *, tokens_only: b
         for i in range(start, stop):
             item: dict[str, Any] = {}
             for name, t in tensors.items():
-                n = group["lengths"][i][field[name]]
+                n = lengths[i][field[name]]
                 v = t[at[name]:at[name] + n]
                 at[name] += n
                 if name == "tokens" and not tokens_only:
                     item["input_ids"], item["labels"] = v[:, :-1], v[:, 1:]
                 else:
                     item[name] = v
-            item.update(group["scalars"][i])
+            item.update(zip(numeric, scalars[i]))
+            for n, values in text.items():
+                item[n] = values[i]
             yield item
 
 
@@ -230,8 +269,11 @@ class ShardkitDataLoader:
             for g in dl:
                 arrays = [self._copy_out(np.ndarray(shape, np.dtype(dt), buffer=shm.buf, offset=off))
                           for _, dt, shape, off, _, _ in g["layout"]]
+                off, n = g["meta"]
+                meta = np.ndarray((n, len(g["names"]) + len(g["numeric"])), np.int64, buffer=shm.buf,
+                                  offset=off).copy()
                 released[g["worker"]] = g["seq"] + 1
-                for item in _unpack(g, arrays, tokens_only=self._tokens_only):
+                for item in _unpack(g, arrays, meta, tokens_only=self._tokens_only):
                     self._advance(item)
                     yield item
         finally:

@@ -224,6 +224,7 @@ class Engine:
         bl = bounds.tolist()
         enter_at = [(int(np.searchsorted(bounds, r, side="right")) - 1, key, e, g) for r, key, e, g in entering]
         next_enter = 0
+        prepared = self.gather.chunk(rows, slab_bounds, width)
         slab: np.ndarray | None = None
         slab_base = slab_end = 0
         next_slab = 0
@@ -233,7 +234,8 @@ class Engine:
             a, z = bl[i], bl[i + 1]
             if z > slab_end:  # item i starts the next slab
                 slab_base, slab_end = slab_bounds[next_slab], slab_bounds[next_slab + 1]
-                slab = self.gather.slab(rows, slab_base, slab_end, width)
+                slab = prepared.slab(slab_base, slab_end) if prepared is not None else \
+                    self.gather.slab(rows, slab_base, slab_end, width)
                 next_slab += 1
             while next_enter < len(enter_at) and enter_at[next_enter][0] <= i:
                 _, key, e, g = enter_at[next_enter]
@@ -287,6 +289,7 @@ class Engine:
     def close(self) -> None:
         """Stop the hint worker, release every mapping and remote pin; the engine can be used again after."""
         _shutdown(self._worker, self.mapper)
+        self.gather.forget()
         for gate in self._gates.values():
             gate.release()
 

@@ -28,7 +28,13 @@ __all__ = ["Gather"]
 
 
 class Gather:
-    """Slabs of `Rows` → token arrays of `dtype` (the sources' common dtype)."""
+    """Slabs of `Rows` → token arrays of `dtype` (the sources' common dtype).
+
+    `chunk()` prepares a whole planned chunk at once when it can (local sources of one dtype whose shards fit
+    in half the mapping budget — every block-shuffled chunk of a 1 GiB-shard corpus): the shards are held
+    for the chunk, the view and every row's index in it are computed with one vectorised pass, and a slab is
+    then one bounds check per shard it touches plus one copy. Otherwise each slab is prepared on its own.
+    """
 
     def __init__(self, mapper: Mapper, dtype: np.dtype, gates: dict[tuple[int, int], Any]) -> None:
         self.mapper = mapper
@@ -36,6 +42,8 @@ class Gather:
         self.gates = gates  # (source, seq_len) → ReadGate, remote sources only
         self._offset = np.zeros(mapper.num_shards, dtype=np.int64)  # scratch: item offset of each held shard
         self._dtypes = {d.dtype.str for d in mapper.datasets}
+        # (view, base address, end address, mapper evictions when built, width): see _view
+        self._span: tuple[np.ndarray, int, int, int, int] | None = None
 
     def slab(self, rows: Rows, a: int, z: int, width: int) -> np.ndarray:
         """Token rows [a, z) of `rows`, a new (z − a, width) array."""
@@ -45,6 +53,29 @@ class Gather:
         if len(self._dtypes) > 1:
             return self._by_dtype(gid, local, inside, width)
         return self._copy(gid, local, inside, width)
+
+    def forget(self) -> None:
+        """Drop the cached spanning view (it keeps its lowest mapping alive)."""
+        self._span = None
+
+    def chunk(self, rows: Rows, slab_bounds: list[int], width: int) -> _Chunk | None:
+        """The chunk's slabs prepared at once, or None when they must be gathered one by one (`slab`)."""
+        if self.gates or len(self._dtypes) > 1 or not rows.size:
+            return None
+        shards = np.unique(rows.gid).tolist()
+        if len(shards) > max(1, self.mapper.budget // 2 - 1):
+            return None
+        held = self.mapper.hold(shards)
+        slab_of = np.repeat(np.arange(len(slab_bounds) - 1), np.diff(slab_bounds))
+        pairs = np.unique(slab_of * len(shards) + np.searchsorted(np.asarray(shards), rows.gid))
+        per_slab = np.split(pairs % len(shards), np.searchsorted(pairs, np.arange(1, len(slab_bounds) - 1) *
+                                                                    len(shards)))
+        if len(held) == 1:
+            view, index = held[0].rows(width), rows.local
+        else:
+            view, index = self._view(shards, held, rows.gid, rows.local, width)
+        crossing = None if rows.inside.all() else ~rows.inside
+        return _Chunk(self, shards, held, [p.tolist() for p in per_slab], view, index, crossing, rows, width)
 
     def _wait(self, rows: Rows, a: int, z: int, width: int) -> None:
         src = rows.src[a:z]
@@ -90,32 +121,33 @@ class Gather:
                 rows[crossing] = rows[int(np.argmax(inside))]
             out = view[rows]
         for j in crossing:
-            self._read_across(int(gid[j]), int(local[j]), out[j])
+            self.read_across(int(gid[j]), int(local[j]), out[j])
         return out
 
     def _view(self, shards: list[int], held: list[Mapping], gid: np.ndarray, local: np.ndarray, width: int
               ) -> tuple[np.ndarray, np.ndarray]:
         """(a view whose row r is the window starting r items after its base, each row's index in it)."""
-        first = held[0]
-        item = first.tokens.itemsize
         if len(held) == 1:
-            n = max(1, first.tokens.size - width + 1)
-            view = np.lib.stride_tricks.as_strided(first.tokens, shape=(n, width), strides=(item, item),
-                                                   writeable=False)
-            return view, local.copy()
-        base = min(m.address for m in held if m.tokens.size)
-        lowest = next(m for m in held if m.tokens.size and m.address == base)
+            return held[0].rows(width), local.copy()
+        item = held[0].tokens.itemsize
+        first = min(m.address for m in held if m.tokens.size)
         end = max(m.address + m.tokens.nbytes for m in held)
+        span = self._span
+        # the last spanning view is reused while no mapping was released since and this slab's lie inside it
+        if span is None or span[3] != self.mapper.evictions or span[4] != width or first < span[1] or end > span[2]:
+            lowest = next(m for m in held if m.tokens.size and m.address == first)
+            n = max(1, (end - first) // item - width + 1)
+            view = np.lib.stride_tricks.as_strided(lowest.tokens, shape=(n, width), strides=(item, item),
+                                                   writeable=False)
+            span = self._span = (view, first, end, self.mapper.evictions, width)
+        base = span[1]
         # mappings are page-aligned, so every shard's first token is a whole number of items from the base
         self._offset[shards] = [(m.address - base) // item for m in held]
-        n = max(1, (end - base) // item - width + 1)
-        view = np.lib.stride_tricks.as_strided(lowest.tokens, shape=(n, width), strides=(item, item),
-                                               writeable=False)
         rows = self._offset[gid]
         rows += local
-        return view, rows
+        return span[0], rows
 
-    def _read_across(self, g: int, lo: int, out: np.ndarray) -> None:
+    def read_across(self, g: int, lo: int, out: np.ndarray) -> None:
         """A window that runs past the end of shard g, assembled from the shards after it (same dataset)."""
         at = 0
         while at < out.size:
@@ -125,3 +157,33 @@ class Gather:
             if n > 0:
                 out[at:at + n] = m.tokens[lo:lo + n]
             at, g, lo = at + max(n, 0), g + 1, 0
+
+
+class _Chunk:
+    """A chunk's slabs with the shards held, the view built and every row's index in it computed."""
+
+    def __init__(self, gather: Gather, shards: list[int], held: list[Mapping], per_slab: list[list[int]],
+                 view: np.ndarray, index: np.ndarray, crossing: np.ndarray | None, rows: Rows, width: int) -> None:
+        self.gather, self.held, self.view, self.rows, self.width = gather, held, view, rows, width
+        self.checks = [[(held[k], gather.mapper.shard(shards[k])) for k in ks] for ks in per_slab]
+        if crossing is not None and crossing.any():
+            index = index.copy()
+            index[crossing] = index[int(np.argmax(~crossing))] if not crossing.all() else 0
+        self.index = index
+        self.crossing = crossing
+        self._next = 0
+
+    def slab(self, a: int, z: int) -> np.ndarray:
+        """Rows [a, z) of the chunk, the next slab: bounds checks of the shards it touches, one copy."""
+        for m, shard in self.checks[self._next]:
+            m.check_intact(shard)  # one fstat: a truncated file raises instead of SIGBUS
+        self._next += 1
+        crossing = self.crossing
+        if crossing is not None and crossing[a:z].all():
+            out = np.empty((z - a, self.width), dtype=self.view.dtype)
+        else:
+            out = self.view[self.index[a:z]]
+        if crossing is not None:
+            for j in np.flatnonzero(crossing[a:z]).tolist():
+                self.gather.read_across(int(self.rows.gid[a + j]), int(self.rows.local[a + j]), out[j])
+        return out

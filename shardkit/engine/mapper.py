@@ -22,7 +22,7 @@ import resource
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -61,6 +61,17 @@ class Mapping:
     tokens: np.ndarray
     address: int
     mm: Any
+    views: dict[int, np.ndarray] = field(default_factory=dict)  # window width → row view (row r = token r)
+
+    def rows(self, width: int) -> np.ndarray:
+        """A read-only view whose row r is the window of `width` tokens starting at token r (made once)."""
+        v = self.views.get(width)
+        if v is None:
+            item = self.tokens.itemsize
+            n = max(1, self.tokens.size - width + 1)
+            v = self.views[width] = np.lib.stride_tricks.as_strided(self.tokens, shape=(n, width),
+                                                                    strides=(item, item), writeable=False)
+        return v
 
     def check_intact(self, shard: Shard) -> None:
         """IntegrityError if the file shrank under the mapping (touching the lost pages would be SIGBUS)."""
@@ -89,6 +100,7 @@ class Mapper:
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self.maps_made = 0  # mappings created (a shard re-entered after release counts again)
+        self.evictions = 0  # mappings released: a view spanning several mappings is valid while this holds
         self.on_map: dict[int, Callable[[np.ndarray], None]] = {}  # dataset index → advice for a new mapping
 
     def __getstate__(self) -> dict[str, Any]:
@@ -123,6 +135,7 @@ class Mapper:
             while len(self._lru) > self.budget:
                 old, _ = self._lru.popitem(last=False)
                 del self._maps[old]  # the mapping closes when no array made from it is left
+                self.evictions += 1
 
     def tokens(self, gid: int) -> Mapping:
         """Shard `gid`'s tokens, mapped now if they are not (the least recently used mapping may go)."""
@@ -179,3 +192,4 @@ class Mapper:
         with self._lock:
             self._maps.clear()
             self._lru.clear()
+            self.evictions += 1

@@ -212,12 +212,17 @@ class Plan:
 
 
 def _sample_ids(order: SampleOrder, epochs: np.ndarray, within: np.ndarray) -> np.ndarray:
-    """`order.sample_ids` for positions of possibly several epochs (ascending runs: one call per epoch)."""
+    """`order.sample_ids` for positions of one or more epochs: one call per epoch (ascending epochs: cut by
+    binary search, no masks)."""
     if not epochs.size:
         return within.copy()
     first, last = int(epochs[0]), int(epochs[-1])
     if first == last and (epochs.size < 2 or bool((epochs == first).all())):
         return order.sample_ids(first, within)
+    if bool((np.diff(epochs) >= 0).all()):
+        cuts = np.searchsorted(epochs, np.arange(first + 1, last + 1, dtype=np.int64))
+        parts = np.split(within, cuts)
+        return np.concatenate([order.sample_ids(first + i, part) for i, part in enumerate(parts) if part.size])
     out = np.empty_like(within)
     for e in np.unique(epochs).tolist():
         m = epochs == e

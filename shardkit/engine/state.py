@@ -189,6 +189,8 @@ def parse_state(state: Any) -> SavedState:
     if not isinstance(state, dict):
         raise ResumeError("state", f"expected a dict from a loader's state_dict(), got {type(state).__name__}")
     fmt, version = state.get("format"), state.get("version")
+    if type(version) is not int:  # noqa: E721 - True == 1, but True is not a version
+        raise ResumeError("version", f"expected an integer format version, got {brief(version)}")
     if fmt == STATE_FORMAT and version == 1:
         return _from_v1_loader(state)
     if fmt == _V1_MIXTURE and version == 1:

@@ -113,8 +113,24 @@ def test_forbidden_arguments(path):
         ShardkitDataLoader(ld, group=0)
 
 
-def test_a_sigkilled_trainer_leaves_no_shared_memory_behind(path):
-    """The segment belongs to the main process; if it is killed, the resource tracker unlinks it."""
+def _session_processes(sid: int) -> list[int]:
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                if os.getsid(int(pid)) == sid:
+                    out.append(int(pid))
+            except OSError:
+                pass
+    return out
+
+
+@pytest.mark.parametrize("batch,group", [(4, "2"), (1, "None")])
+def test_a_sigkilled_trainer_leaves_no_worker_and_no_shared_memory_behind(path, batch, group):
+    """The segment belongs to the main process; if it is killed, its workers exit within seconds (they
+    notice while waiting for a slot) and the resource tracker unlinks the segment. Batch 1 with the default
+    group size ships thousands of items per group: their metadata must not travel through the queue (a full
+    pipe would block a worker's feeder thread for good, holding the segment)."""
     import signal
     import subprocess
     import sys
@@ -124,7 +140,7 @@ def test_a_sigkilled_trainer_leaves_no_shared_memory_behind(path):
 import sys, time
 from shardkit.loader import Loader
 from shardkit.torch import ShardkitDataLoader
-dl = ShardkitDataLoader(Loader({str(path)!r}, seq_len={SEQ}, batch_schedule=4), num_workers=2, group=2)
+dl = ShardkitDataLoader(Loader({str(path)!r}, seq_len={SEQ}, batch_schedule={batch}), num_workers=2, group={group})
 for i, item in enumerate(dl):
     if i == 3:
         print("running", flush=True)
@@ -137,15 +153,19 @@ for i, item in enumerate(dl):
         assert proc.stdout.readline().strip() == "running"
         created = _shm_names() - before
         assert created, "the loader should have a shared-memory segment while it runs"
+        assert len(_session_processes(proc.pid)) >= 3  # the trainer and its two workers (and the tracker)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         deadline = time.monotonic() + 20
-        while created & _shm_names() and time.monotonic() < deadline:
+        while (created & _shm_names() or _session_processes(proc.pid)) and time.monotonic() < deadline:
             time.sleep(0.2)
+        assert not _session_processes(proc.pid), "worker processes outlived the trainer"
         assert not created & _shm_names(), f"left behind: {sorted(created & _shm_names())}"
     finally:
         if proc.poll() is None:
             proc.kill()
+        for pid in _session_processes(proc.pid):
+            os.kill(pid, 9)
 
 
 # -- a MixtureLoader: items change shape at phase boundaries (seq_len, batch size) ------------------------------

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shardkit.engine.gather import Gather
+from shardkit.engine.gather import Gather, _Chunk
 from shardkit.engine.mapper import Mapper
 from shardkit.engine.plan import Rows
 from shardkit.engine.windows import Windows
@@ -97,13 +97,36 @@ def test_one_read_spans_at_most_two_shuffle_groups(layout, monkeypatch):
                     max_epochs=1)
     gather = loader.engine.gather
     reads = []
-    slab = gather.slab
 
-    def record(rows, a, z, width):
+    def record(rows, a, z):
         starts = loader.dataset.token_offsets[rows.gid[a:z]] + rows.local[a:z]
         reads.append(np.unique(starts // 4 // loader.order.block).size)
-        return slab(rows, a, z, width)
 
-    monkeypatch.setattr(gather, "slab", record)
+    slab, chunk_slab = gather.slab, _Chunk.slab
+    monkeypatch.setattr(gather, "slab", lambda rows, a, z, width: (record(rows, a, z), slab(rows, a, z, width))[1])
+    monkeypatch.setattr(_Chunk, "slab", lambda self, a, z: (record(self.rows, a, z), chunk_slab(self, a, z))[1])
     assert sum(b["input_ids"].shape[0] for b in loader) == loader.num_batches() * 8
     assert len(reads) > 10 and max(reads) <= 2 * 2, reads
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), seq_len=st.sampled_from([1, 5, 16, 63, 150]), budget=st.sampled_from([4, 9, 128, 1024]))
+def test_a_prepared_chunk_equals_the_flat_stream_slab_by_slab(layout, data, seq_len, budget):
+    """The chunk path (shards held for the chunk, rows indexed once) against the flat stream, crossing
+    windows included; a chunk touching more than half the budget is left to the per-slab path."""
+    path, flat = layout
+    ds = open_dataset(path)
+    mapper = Mapper([ds], budget)
+    gather = Gather(mapper, ds.dtype, {})
+    windows = Windows(ds, seq_len)
+    ids = np.array(data.draw(st.lists(st.integers(0, windows.num_samples - 1), min_size=1, max_size=80)))
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, max(1, ids.size - 1)), max_size=6))) - {ids.size})
+    bounds = [0, *cuts, ids.size]
+    rows = _rows(windows, ids)
+    chunk = gather.chunk(rows, bounds, seq_len + 1)
+    distinct = len(set(rows.gid.tolist()))
+    assert (chunk is None) == (distinct > max(1, budget // 2 - 1))
+    for a, z in zip(bounds[:-1], bounds[1:]):
+        got = chunk.slab(a, z) if chunk is not None else gather.slab(rows, a, z, seq_len + 1)
+        want = np.stack([flat[i * seq_len:i * seq_len + seq_len + 1] for i in ids[a:z].tolist()])
+        np.testing.assert_array_equal(got, want)
