@@ -34,8 +34,7 @@ sys.path.insert(0, str(HERE))
 
 from synthetic import token_dataset  # noqa: E402
 
-from shardkit.loader import Loader  # noqa: E402
-from shardkit.loader import MixtureLoader  # noqa: E402
+from shardkit.loader import Loader, MixtureLoader  # noqa: E402
 from shardkit.units import human_count, parse_count  # noqa: E402
 
 DATA = HERE.parent / "bench-data"

@@ -2,6 +2,7 @@
 loader leaves nothing behind, torch's checkpointing saves the data position through the `Stateful`
 protocol, and every parameter is checked at construction with an error that names it."""
 
+import contextlib
 import gc
 import os
 import threading
@@ -34,10 +35,8 @@ def _mapped(path) -> int:
 def _fds(path) -> int:
     n = 0
     for fd in os.listdir("/proc/self/fd"):
-        try:
+        with contextlib.suppress(OSError):
             n += os.readlink(f"/proc/self/fd/{fd}").startswith(str(path))
-        except OSError:
-            pass
     return n
 
 

@@ -10,9 +10,8 @@ from support.mixtures import make_sources, window
 
 from shardkit.engine import BatchFields
 from shardkit.errors import ConfigError, InputError, ResumeError
-from shardkit.loader import Loader
+from shardkit.loader import Loader, MixtureLoader
 from shardkit.mixture import RecipeWarning
-from shardkit.loader import MixtureLoader
 from shardkit.mixture.sources import stream_seed
 from shardkit.order import SampleOrder, ShuffleConfig
 from shardkit.writer import write_dataset

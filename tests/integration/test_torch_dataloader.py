@@ -10,8 +10,7 @@ from support.mixtures import make_sources
 
 from shardkit.engine import BatchFields
 from shardkit.errors import ConfigError
-from shardkit.loader import Loader
-from shardkit.loader import MixtureLoader
+from shardkit.loader import Loader, MixtureLoader
 from shardkit.order import Ramp
 from shardkit.writer import write_dataset
 

@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.mixtures import make_sources, window
 
+from shardkit.loader import MixtureLoader
 from shardkit.mixture import RecipeWarning
 from shardkit.mixture.assign import Assigner, AssignMode
 from shardkit.mixture.cursor import phase_starts
-from shardkit.loader import MixtureLoader
 
 NAMES = ("code", "math", "web")
 

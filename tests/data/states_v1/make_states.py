@@ -2,30 +2,41 @@
 #   python tests/data/states_v1/make_states.py /tmp/v1src tests/data/states_v1/states.json
 """Save loader states (format version 1) with the release before the one read engine, plus the digests of
 the batches that release delivered after each state: the migration test resumes them with today's code."""
-import json, sys
+import json
+import sys
 from pathlib import Path
-import numpy as np, xxhash
+
+import numpy as np
+import xxhash
+
 sys.path.insert(0, "/tmp/old")
 sys.path.insert(0, "/work/main/tests")
-import shardkit
+import shardkit  # noqa: E402 - after the path to the old release
+
 assert shardkit.__file__.startswith("/tmp/old"), shardkit.__file__
-from shardkit.loader import Loader
-from shardkit.mixture.loader import MixtureLoader
-from shardkit.batching import BatchFields
-from shardkit.order import Ramp
-from support.mixtures import make_sources
+from shardkit.batching import BatchFields  # noqa: E402 - after the path to the old release
+from shardkit.mixture.loader import MixtureLoader  # noqa: E402 - after the path to the old release
+from support.mixtures import make_sources  # noqa: E402 - after the path to the old release
+
+from shardkit.loader import Loader  # noqa: E402 - after the path to the old release
+from shardkit.order import Ramp  # noqa: E402 - after the path to the old release
 
 root = Path(sys.argv[1])
 out = Path(sys.argv[2])
 make_sources(root)
 
 def digest(items):
+    """The same digest as tests/property/test_state_properties.py computes."""
     h = xxhash.xxh3_128()
     for it in items:
-        h.update(np.int64(it["batch_index"]).tobytes()); h.update(np.int64(it["micro_index"]).tobytes())
-        h.update(np.ascontiguousarray(it["input_ids"]).tobytes()); h.update(np.ascontiguousarray(it["labels"]).tobytes())
-        if "position_ids" in it: h.update(it["position_ids"].tobytes())
-        if "source" in it: h.update(np.asarray(it["source"]).tobytes())
+        h.update(np.int64(it["batch_index"]).tobytes())
+        h.update(np.int64(it["micro_index"]).tobytes())
+        h.update(np.ascontiguousarray(it["input_ids"]).tobytes())
+        h.update(np.ascontiguousarray(it["labels"]).tobytes())
+        if "position_ids" in it:
+            h.update(it["position_ids"].tobytes())
+        if "source" in it:
+            h.update(np.asarray(it["source"]).tobytes())
     return h.hexdigest()
 
 cases = []
