@@ -19,7 +19,6 @@ position_ids; (E) readahead bytes against bytes delivered per world size; (F) th
 from __future__ import annotations
 
 import argparse
-import functools
 import gc
 import json
 import mmap
@@ -158,10 +157,7 @@ def random_faults() -> None:
     """
     from shardkit.format import dataset as dataset_module
 
-    prop = dataset_module.Shard.__dict__.get("mmap")
-    if not isinstance(prop, functools.cached_property):
-        return
-    original = prop.func
+    original = dataset_module.Shard.map_bin
 
     def mapped(self: Any) -> Any:
         mm = original(self)
@@ -169,9 +165,7 @@ def random_faults() -> None:
             mm.madvise(mmap.MADV_RANDOM)
         return mm
 
-    patched = functools.cached_property(mapped)
-    patched.__set_name__(dataset_module.Shard, "mmap")
-    dataset_module.Shard.mmap = patched  # type: ignore[method-assign]
+    dataset_module.Shard.map_bin = mapped  # type: ignore[method-assign]
 
 
 def measure(path: Path) -> dict[str, Any]:
@@ -185,19 +179,23 @@ def measure(path: Path) -> dict[str, Any]:
     out["open_s"] = best_of(3, lambda: open_dataset(path))
     out["construct_s"] = best_of(3, lambda: new_loader(path))
 
-    probe = new_loader(path)  # mapping and fd cost of touched shards, on a loader that has read nothing
-    k = min(n, 4000)  # stay below this machine's open-file limit
+    probe = new_loader(path, fields=BatchFields(position_ids=True))  # what an epoch does: every shard is used
+    mapper = probe.engine.mapper
+    k = min(n, 4000)
     a = proc_status()
-    for sh in probe.dataset.shards[-k:]:  # what an epoch does: every shard gets mapped (and stays mapped)
-        sh.tokens  # noqa: B018
-    b = proc_status()
+    peak_maps = peak_fds = 0
+    for g in range(n - k, n):
+        mapper.tokens(g)
+        if g % 97 == 0:
+            st = proc_status()
+            peak_maps, peak_fds = max(peak_maps, st["maps"] - a["maps"]), max(peak_fds, st["fds"] - a["fds"])
     j = min(n, 1000)
-    for sh in probe.dataset.shards[-j:]:  # position_ids / cu_seqlens: the index gets mapped too
-        sh.doc_offsets  # noqa: B018
+    for g in range(n - j, n):  # position_ids / cu_seqlens: the index gets mapped too
+        mapper.doc_starts(g)
     c = proc_status()
-    out.update(maps_per_shard=(b["maps"] - a["maps"]) / k, fds_per_shard=(b["fds"] - a["fds"]) / k,
-               idx_maps_per_shard=(c["maps"] - b["maps"]) / j, idx_fds_per_shard=(c["fds"] - b["fds"]) / j)
-    del probe, sh
+    out.update(budget=mapper.budget, shards_touched=k, peak_new_maps=max(peak_maps, c["maps"] - a["maps"]),
+               peak_new_fds=max(peak_fds, c["fds"] - a["fds"]), held=mapper.held())
+    del probe, mapper
     gc.collect()
 
     state = loader.state_at(RESUME_STEP)
@@ -229,57 +227,84 @@ def measure(path: Path) -> dict[str, Any]:
     r1 = resource.getrusage(resource.RUSAGE_SELF)
     out["unit_us"] = (time.perf_counter() - t) / UNITS * 1e6
     out["unit_user_us"] = (r1.ru_utime - r0.ru_utime) / UNITS * 1e6
-    ids = loader.global_sample_ids(RESUME_STEP)
-    shard, local = loader.source.locate(ids)
-    segments = np.arange(0, ids.size, 4, dtype=np.int64)
-    out["plan_ms"] = best_of(5, lambda: loader.source.plan(shard, local, segments)) * 1e3
+    plan = loader.engine.plan
+    lo = SCHEDULE.start(RESUME_STEP) + RANK * (SCHEDULE.size(RESUME_STEP) // WORLD)
+    positions = np.arange(lo, lo + SCHEDULE.size(RESUME_STEP) // WORLD, dtype=np.int64)
+    out["plan_ms"] = best_of(5, lambda: plan.rows(0, positions)) * 1e3  # this rank's rows of one batch
     return out
 
 
 # -- (C) the open-file limit ----------------------------------------------------------------------------------
 def fd_probe(path: Path, soft: int) -> dict[str, Any]:
+    """Map every shard of the dataset, in order, under a soft RLIMIT_NOFILE of `soft`."""
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
     loader = new_loader(path)
-    for i, sh in enumerate(loader.dataset.shards):
+    mapper = loader.engine.mapper
+    base, peak = proc_status()["fds"], 0
+    for g in range(mapper.num_shards):
         try:
-            sh.tokens  # noqa: B018
+            mapper.tokens(g)
         except OSError as e:
-            return {"soft_limit": soft, "failed_at_shard": i, "error": f"{type(e).__name__}: {e}"[:160]}
-    return {"soft_limit": soft, "failed_at_shard": None, "error": None}
+            return {"soft_limit": soft, "failed_at_shard": g, "error": f"{type(e).__name__}: {e}"[:160],
+                    "budget": mapper.budget, "peak_fds": peak}
+        if g % 101 == 0:
+            peak = max(peak, proc_status()["fds"] - base)
+    return {"soft_limit": soft, "failed_at_shard": None, "error": None, "budget": mapper.budget, "peak_fds": peak,
+            "shards": mapper.num_shards}
 
 
 # -- (D) document index memory ----------------------------------------------------------------------------------
 def measure_docs(path: Path) -> dict[str, Any]:
     loader = new_loader(path, fields=BatchFields(position_ids=True))
-    s0 = proc_status()
+    engine = loader.engine
+    stream = next(iter(engine.plan.streams.values()))
     per_shard = loader.num_samples // loader.dataset.num_shards
-    for s in range(loader.dataset.num_shards):  # one window's document starts in every shard
-        loader.source.doc_starts(s * per_shard + 7)
+    engine.doc_starts(stream, 7)  # the first shard warms up what any use allocates once
+    s0 = proc_status()
+    for s in range(1, loader.dataset.num_shards):  # one window's document starts in every other shard
+        engine.doc_starts(stream, s * per_shard + 7)
     s1 = proc_status()
-    docs = loader.dataset.num_docs
+    docs = loader.dataset.num_docs - loader.dataset.shards[0].num_docs
     return {"docs": docs, "anon_per_doc": (s1["RssAnon"] - s0["RssAnon"]) / docs,
-            "file_per_doc": (s1["RssFile"] - s0["RssFile"]) / docs}
+            "file_per_doc": (s1["RssFile"] - s0["RssFile"]) / docs, "held": engine.mapper.held()}
 
 
 # -- (E) readahead against delivery ----------------------------------------------------------------------------
 def readahead_ratio(root: Path) -> list[dict[str, Any]]:
-    """Each rank hints whole shuffle groups, the node's ranks included, whatever share it reads itself.
+    """Bytes each rank hints against its own share of the data, for simulated ranks of one world.
 
-    The geometry keeps production's proportion (a group lasts 4 global batches: 16,384 samples at 4,096)
-    at a small size: blocks of 32 samples, 8 per group, global batch 64.
+    The share is the pages under the rank's delivered windows (a window of seq_len + 1 tokens spans whole
+    pages: no reader can fetch less); `hinted/copied` compares with the raw bytes copied as well. One rank
+    hints whole shuffle groups (it reads all of them); with several ranks each hints only its own rows. The
+    geometry keeps production's proportion (a group lasts 4 global batches: 16,384 samples at 4,096) at a
+    small size: blocks of 32 samples, 8 per group, global batch 64.
     """
     path = build_sparse(root, 1, 1)
     rows = []
-    for world in (1, 4, 16):
-        loader = Loader(path, seq_len=SEQ, batch_schedule=64, seed=1, rank=0, world_size=world,
-                        block_samples=32, group_blocks=8)  # finished blocks are evicted: no cache left over
-        it = iter(loader)
-        for _ in range(64):
-            next(it)
-        loader.readahead.wait()
-        m = loader.metrics.to_json()
-        rows.append({"world": world, "copied": m["bytes_copied"], "hinted": m["bytes_prefetched"],
-                     "ratio": m["bytes_prefetched"] / m["bytes_copied"]})
+    steps = 256  # 64 groups: the two groups hinted ahead are a few per cent of what is read
+    for world in (1, 8, 16):
+        hinted = copied = pages = 0
+        for rank in range(world):
+            loader = Loader(path, seq_len=SEQ, batch_schedule=64, seed=1, rank=rank, world_size=world,
+                            block_samples=32, group_blocks=8)  # finished blocks are evicted: no cache left over
+            it = iter(loader)
+            for _ in range(steps):
+                next(it)
+            loader.engine.wait_hints()
+            m = loader.metrics.to_json()
+            hinted += m["bytes_prefetched"]
+            copied += m["bytes_copied"]
+            mine = set()
+            per = 64 // world
+            for b in range(steps):
+                ids = loader.global_sample_ids(b)[rank * per:(rank + 1) * per]
+                for i in ids.tolist():
+                    lo, hi = i * SEQ * ITEM, (i * SEQ + SEQ + 1) * ITEM
+                    mine.update(range(lo // mmap.PAGESIZE, (hi - 1) // mmap.PAGESIZE + 1))
+            pages += len(mine) * mmap.PAGESIZE
+            loader.close()
+        rows.append({"world": world, "copied": copied // world, "share": pages // world, "hinted": hinted // world,
+                     "ratio": hinted / pages, "ratio_copied": hinted / copied})
     return rows
 
 
@@ -352,7 +377,7 @@ def run(root: Path, sizes: list[int]) -> dict[str, Any]:
         row["build_s"] = time.perf_counter() - t
         report["datasets"].append(row)
     biggest = build_sparse(root, max(sizes))
-    report["fd_probe"] = _child("fds", biggest, "1024") if max(sizes) > 1100 else None
+    report["fd_probe"] = _child("fds", biggest, "1024") if max(sizes) > 300 else None
     report["docs"] = _child("docs", build_sparse(root, 8, 131_072))
     report["readahead"] = readahead_ratio(root)
     report["order"] = order_only()
@@ -372,7 +397,8 @@ def _fit(rows: list[dict[str, Any]], key: str) -> tuple[float, float]:
 _FLAT = (("load_state_us", "load_state_dict", "µs", 5.0), ("resume_first_batch_ms", "resume + first batch", "ms", 1.0),
          ("step_user_us", "CPU per step (mostly mapping shards not mapped yet: see new map/st)", "µs", 20.0),
          ("unit_user_us", "CPU per micro-batch item (iter_units: the torch adapters' path)", "µs", 100.0),
-         ("plan_ms", "WindowSource.plan, once per planned chunk or item", "ms", 0.05))
+         ("plan_ms", "Plan.rows for one rank's slice of a batch", "ms", 0.05),
+         ("construct_s", "loader construction", "s", 0.05))
 
 
 def flags(r: dict[str, Any]) -> list[str]:
@@ -388,28 +414,21 @@ def flags(r: dict[str, Any]) -> list[str]:
                            f"shards, {big[key]:.3g} {unit} at {big['shards']:,}; fit {const:.3g} + "
                            f"{per * 1000:.3g} {unit} per 1,000 shards → {const + extra:.3g} {unit} at "
                            f"{FULL_SHARDS:,} shards")
-    maps = big["maps_per_shard"] + big["idx_maps_per_shard"]
-    limit = r["limits"]["vm.max_map_count"]
-    out.append(f"mappings grow with the shards touched: {big['maps_per_shard']:.2f} per shard (.bin) + "
-               f"{big['idx_maps_per_shard']:.2f} (.idx, with position_ids/cu_seqlens); an epoch touches every "
-               f"shard, so {FULL_SHARDS:,} shards need {maps * FULL_SHARDS:,.0f} mappings per process "
-               f"(vm.max_map_count {limit:,}); nothing is ever unmapped")
-    fds = big["fds_per_shard"] + big["idx_fds_per_shard"]
-    out.append(f"open files grow with the shards touched: {fds:.2f} per shard (each mmap keeps a dup of its "
-               f"fd): {fds * FULL_SHARDS:,.0f} at {FULL_SHARDS:,} shards")
+    if big["peak_new_maps"] > big["budget"] + 4 or big["peak_new_fds"] > big["budget"] + 4:
+        out.append(f"mappings or descriptors exceed the budget of {big['budget']}: {big['peak_new_maps']} mappings, "
+                   f"{big['peak_new_fds']} descriptors after touching {big['shards_touched']:,} shards")
     probe = r["fd_probe"]
     if probe and probe["failed_at_shard"] is not None:
         out.append(f"with the common soft limit of {probe['soft_limit']} open files the loader fails after "
                    f"mapping {probe['failed_at_shard']:,} shards: {probe['error']}")
     docs = r["docs"]
-    total_docs = FULL_SHARDS * SHARD_TOKENS // DOC_TOKENS
-    out.append(f"document index memory with position_ids/cu_seqlens grows with the shards touched: "
-               f"{docs['anon_per_doc']:.2f} private bytes per document (doc_offsets, cached per shard, never "
-               f"freed) + {docs['file_per_doc']:.1f} file-backed: {docs['anon_per_doc'] * total_docs / 2**30:,.0f} "
-               f"GiB per process for 12T tokens at {DOC_TOKENS}-token documents")
-    worst = r["readahead"][-1]
-    out.append(f"readahead hints whole groups on every rank: {worst['ratio']:.1f}× the bytes it delivers at "
-               f"world size {worst['world']} (≈ world size): 1,024× per rank, 128× per node at 128 × 8 GPUs")
+    if docs["anon_per_doc"] > 0.05:
+        total_docs = FULL_SHARDS * SHARD_TOKENS // DOC_TOKENS
+        out.append(f"document index memory grows with the documents touched: {docs['anon_per_doc']:.2f} private "
+                   f"bytes per document: {docs['anon_per_doc'] * total_docs / 2**30:,.0f} GiB for 12T tokens")
+    for e in r["readahead"]:
+        if e["world"] > 1 and e["ratio"] > 1.1:
+            out.append(f"readahead at world size {e['world']}: each rank hints {e['ratio']:.2f}× its share")
     return out
 
 
@@ -426,8 +445,8 @@ def print_report(r: dict[str, Any]) -> None:
             ("resume_first_batch_ms", "resume ms", "{:.2f}"), ("step_us", "step µs", "{:.0f}"),
             ("step_user_us", "user µs", "{:.0f}"), ("new_maps_per_step", "new map/st", "{:.2f}"),
             ("unit_user_us", "item µs", "{:.0f}"),
-            ("plan_ms", "plan ms", "{:.3f}"), ("maps_per_shard", "maps/sh", "{:.2f}"),
-            ("fds_per_shard", "fds/sh", "{:.2f}"), ("idx_maps_per_shard", "+idx m/sh", "{:.2f}")]
+            ("plan_ms", "plan ms", "{:.3f}"), ("budget", "budget", "{:,}"), ("peak_new_maps", "peak maps", "{:,}"),
+            ("peak_new_fds", "peak fds", "{:,}")]
     print(" ".join(f"{h:>10}" for _, h, _ in cols))
     for row in r["datasets"]:
         shown = {**row, "rss": row["rss"] / 2**20}
@@ -439,14 +458,16 @@ def print_report(r: dict[str, Any]) -> None:
               f"at {FULL_SHARDS:,} shards ≈ {_slope(d, 'rss') * FULL_SHARDS / 2**20:,.0f} MiB, "
               f"loader {_slope(d, 'construct_s') * FULL_SHARDS:.2f} s")
     if r["fd_probe"]:
-        print(f"\n(C) RLIMIT_NOFILE soft {r['fd_probe']['soft_limit']}: failed at shard "
-              f"{r['fd_probe']['failed_at_shard']} ({r['fd_probe']['error']})")
+        fp = r["fd_probe"]
+        print(f"\n(C) RLIMIT_NOFILE soft {fp['soft_limit']}: every shard mapped in turn, failed at shard "
+              f"{fp['failed_at_shard']} ({fp['error']}); budget {fp['budget']}, peak {fp['peak_fds']} descriptors")
     d = r["docs"]
-    print(f"\n(D) {d['docs']:,} documents with position_ids: {d['anon_per_doc']:.2f} B/doc private, "
-          f"{d['file_per_doc']:.2f} B/doc file-backed")
-    print("\n(E) readahead: world  copied  hinted  hinted/copied")
+    print(f"\n(D) {d['docs']:,} documents with position_ids: {d['anon_per_doc']:.3f} B/doc private, "
+          f"{d['file_per_doc']:.2f} B/doc file-backed, {d['held']} mappings held after the walk")
+    print("\n(E) readahead per rank: world  copied  share(pages)  hinted  hinted/share  hinted/copied")
     for e in r["readahead"]:
-        print(f"    {e['world']:>5} {e['copied']:>9,} {e['hinted']:>11,} {e['ratio']:>8.1f}")
+        print(f"    {e['world']:>5} {e['copied']:>10,} {e['share']:>12,} {e['hinted']:>10,} {e['ratio']:>8.2f} "
+              f"{e['ratio_copied']:>8.2f}")
     print("\n(F) sample order alone: samples  build µs  global batch ms  rank slice µs  S(b) µs")
     for o in r["order"]:
         print(f"    {o['samples']:>14,} {o['build_us']:>8.1f} {o['global_batch_ms']:>10.3f} "

@@ -200,8 +200,10 @@ class Engine:
             if gate is not None:
                 sel = slice(None) if len(rows.streams) == 1 else np.flatnonzero(rows.src == j)
                 gate.upcoming(rows.gid[sel] - stream.windows.gid_base, rows.local[sel])
-        if self.placement.world_size > 1 and self.read.readahead:
-            hint_rows(self._worker, rows, lambda j: self.reads[(j, p.seq_len)], itemsize, width)
+        # several ranks: hint this rank's own upcoming rows, about two shuffle groups' share ahead of delivery
+        ahead = self._rows_ahead(rows) if self.placement.world_size > 1 and self.read.readahead else 0
+        hinted_upto = 0
+        metrics_of = (lambda j: self.reads[(j, p.seq_len)])
         entering, blocks = self._groups_and_blocks(rows, p.seq_len)
         first_rows = bounds[:-1]
         enter_items = np.zeros(units.size, dtype=bool)
@@ -232,6 +234,10 @@ class Engine:
         for i, (u, b, k, size, share) in enumerate(zip(units.tolist(), batches.tolist(), micros.tolist(),
                                                        sizes.tolist(), per.tolist())):
             a, z = bl[i], bl[i + 1]
+            if ahead and z + ahead > hinted_upto:
+                stop = min(rows.size, z + 2 * ahead)
+                hint_rows(self._worker, rows.slice(hinted_upto, stop), metrics_of, itemsize, width)
+                hinted_upto = stop
             if z > slab_end:  # item i starts the next slab
                 slab_base, slab_end = slab_bounds[next_slab], slab_bounds[next_slab + 1]
                 slab = prepared.slab(slab_base, slab_end) if prepared is not None else \
@@ -255,6 +261,15 @@ class Engine:
             out["micro_index"], out["num_micro"] = k, (share // m if m else 1)
             yield u, out
         metrics.close_chunk()
+
+    def _rows_ahead(self, rows: Any) -> int:
+        """Rows of this rank to hint ahead of delivery: two shuffle groups' share (8 MiB of rows for full or
+        no shuffle), so each rank reads about its own share of the data, not the whole group."""
+        groups = [st.order.group_samples for st in rows.streams.values() if st.order.mode is ShuffleMode.BLOCK]
+        if groups:
+            return max(1, 2 * min(groups) // self.placement.world_size)
+        width = next(iter(rows.streams.values())).seq_len + 1
+        return max(1, (8 << 20) // (width * self.dtype.itemsize))
 
     def _fields(self, rows: Any, a: int, z: int, tokens: np.ndarray, seq_len: int, fields: BatchFields
                 ) -> dict[str, Any]:

@@ -84,6 +84,11 @@ class Rows:
     def size(self) -> int:
         return int(self.src.size)
 
+    def slice(self, a: int, z: int) -> Rows:
+        """Rows [a, z) (views)."""
+        return Rows(src=self.src[a:z], ids=self.ids[a:z], epochs=self.epochs[a:z], within=self.within[a:z],
+                    gid=self.gid[a:z], local=self.local[a:z], inside=self.inside[a:z], streams=self.streams)
+
 
 class Plan:
     """The rows of every global batch, for a phase plan over sources (see the module docstring)."""

@@ -34,6 +34,7 @@ INDEX_VERSION = 1
 _HEADER = struct.Struct("<9sQBQQ")
 HEADER_SIZE = _HEADER.size  # 34
 MAX_SEQUENCE_TOKENS = 2**31 - 1  # int32 lengths
+_CHECK_PIECE = 1 << 16  # sequences checked at a time (bounded temporaries)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,14 +133,21 @@ def check_index_arrays(idx: IndexFile, where: str, bin_size: int | None = None) 
         if int(idx.lengths.min()) < 0:
             bad = int(np.argmax(idx.lengths < 0))
             raise ManifestError(where, f"sequence {bad} has negative length {int(idx.lengths[bad])}")
-        expected = np.zeros(h.num_sequences, dtype=np.int64)
-        np.cumsum(idx.lengths[:-1], dtype=np.int64, out=expected[1:])
-        expected *= itemsize
-        mismatch = np.flatnonzero(expected != idx.pointers)
-        if mismatch.size:
-            i = int(mismatch[0])
-            raise ManifestError(where, f"sequence {i} pointer {int(idx.pointers[i])} is not where the previous "
-                                       f"sequences end ({int(expected[i])}): overlapping or gapped pointers")
+        at = 0  # bytes before the piece; pieces keep the temporaries small whatever the sequence count
+        for lo in range(0, h.num_sequences, _CHECK_PIECE):
+            lengths = idx.lengths[lo:lo + _CHECK_PIECE]
+            expected = np.empty(lengths.size, dtype=np.int64)
+            expected[0] = 0
+            np.cumsum(lengths[:-1], dtype=np.int64, out=expected[1:])
+            expected *= itemsize
+            expected += at
+            mismatch = np.flatnonzero(expected != idx.pointers[lo:lo + _CHECK_PIECE])
+            if mismatch.size:
+                i = lo + int(mismatch[0])
+                raise ManifestError(where, f"sequence {i} pointer {int(idx.pointers[i])} is not where the "
+                                           f"previous sequences end ({int(expected[i - lo])}): overlapping or "
+                                           "gapped pointers")
+            at = int(expected[-1]) + int(lengths[-1]) * itemsize
     di = idx.doc_indices
     if int(di[0]) != 0 or int(di[-1]) != h.num_sequences or (di.size > 1 and bool(np.any(np.diff(di) < 0))):
         raise ManifestError(where, "document indices must rise monotonically from 0 to the sequence count")
