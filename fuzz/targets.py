@@ -260,21 +260,22 @@ def fuzz_zstd_frames(data: bytes) -> None:
 
 
 def fuzz_loader_state(data: bytes) -> None:
-    """A Loader state dict (JSON) loaded into a real loader, plain and forced; then one batch is read."""
+    """A Loader state dict (JSON) loaded into a real loader, exactly and with every override; then one batch."""
     state = _json(data)
     loader = _loader()
     before = loader.state_dict()
-    for force in (False, True):
+    for allow in (False, True):
         try:
-            loader.load_state_dict(state, force=force)
+            loader.load_state_dict(state, allow_budget_change=allow, allow_recipe_change=allow,
+                                   allow_data_change=allow)
         except ShardkitError:
             continue
         now = loader.state_dict()
         json.dumps(now)
-        if not force:
+        if not allow:
             assert [now[k] for k in ("batch", "samples", "micro")] == [state[k] for k in ("batch", "samples", "micro")]
         next(iter(loader), None)
-    loader.load_state_dict(before)
+    loader.load_state_dict(before, allow_recipe_change=True, allow_data_change=True)
 
 
 def fuzz_mixture_state(data: bytes) -> None:
@@ -284,12 +285,12 @@ def fuzz_mixture_state(data: bytes) -> None:
     before = loader.state_dict()
     for allow in (False, True):
         try:
-            loader.load_state_dict(state, allow_recipe_change=allow)
+            loader.load_state_dict(state, allow_recipe_change=allow, allow_data_change=allow)
         except ShardkitError:
             continue
         json.dumps(loader.state_dict())
         next(iter(loader), None)
-    loader.load_state_dict(before, allow_recipe_change=True)
+    loader.load_state_dict(before, allow_recipe_change=True, allow_data_change=True)
 
 
 # -- recipes ---------------------------------------------------------------------------------------------------

@@ -281,8 +281,10 @@ def _from_v1_loader(state: dict[str, Any]) -> SavedState:
         raise ResumeError("config", f"missing (expected the loader's stream config as a dict, got {brief(config)})")
     _check_plain(config, "config")
     seq_len = config.get("seq_len")
-    if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1:
-        raise ResumeError("config.seq_len", f"expected a positive integer, got {brief(seq_len)}")
+    if not isinstance(seq_len, int) or isinstance(seq_len, bool) or not 1 <= seq_len < 1 << 31:
+        raise ResumeError("config.seq_len", f"expected a positive integer below 2**31, got {brief(seq_len)}")
+    if samples * seq_len >= _MAX:
+        raise ResumeError("samples", f"{samples} samples of {seq_len} tokens are beyond 2**62 tokens")
     world, rank, m = _placement(state)
     return SavedState(kind="dataset", fingerprint=stream_fingerprint("dataset", config), definition=dict(config),
                       datasets={SINGLE_SOURCE: fp}, batch=batch, micro=micro, samples=samples, phase=None,

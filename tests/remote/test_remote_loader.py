@@ -315,3 +315,36 @@ def test_a_persistent_checksum_mismatch_is_an_integrity_error(faulty_s3, local, 
     assert e.shard == f"{url}/shard-00001.bin" and e.byte_range is not None and "cache block" in str(e)
     assert "after 3 downloads" in str(e)
     assert faulty_s3.proxy.count(method="GET", path=r"shard-00001\.bin") >= 3
+
+
+def test_a_mixture_of_a_remote_and_a_compressed_source_equals_the_local_mixture(s3, local, tmp_path, monkeypatch):
+    """One engine for every loader: a recipe may name an s3:// source (through the block cache) and a
+    zstd-compressed one (through the decompression cache); the batches are those of the plain local copies."""
+    from shardkit.loader import MixtureLoader
+    from shardkit.writer import Codec, CompressionConfig
+
+    rng = np.random.default_rng(8)
+    docs = [rng.integers(0, 60000, size=int(rng.integers(20, 900)), dtype=np.uint16) for _ in range(120)]
+    write_dataset(tmp_path / "plain", docs, max_tokens_per_shard=20_000, checksum_block_size=BLOCK)
+    write_dataset(tmp_path / "zst", docs, max_tokens_per_shard=20_000, checksum_block_size=BLOCK,
+                  compression=CompressionConfig(codec=Codec.ZSTD, frame_size=4096))
+    url = _upload(s3, local)
+    monkeypatch.setenv("SHARDKIT_CACHE_DIR", str(tmp_path / "decompressed"))
+
+    def recipe(web, code):
+        return {"seed": 2, "seq_len": 127, "phases": [{"name": "p", "tokens": 400_000, "batch": 8,
+                                                       "mix": {"web": 0.6, "code": 0.4}}],
+                "sources": {"web": {"path": web}, "code": {"path": code}}}
+
+    def batches(loader):
+        return [(b["source"].copy(), b["input_ids"].copy()) for b in loader]
+
+    reference = batches(MixtureLoader(recipe(str(local), str(tmp_path / "plain"))))
+    mixed = MixtureLoader(recipe(url, str(tmp_path / "zst")), cache_dir=tmp_path / "cache", cache_limit=64 << 20,
+                          storage_options=s3.storage_options(**NO_RETRIES))
+    got = batches(mixed)
+    assert len(got) == len(reference) > 100
+    for (s1, a), (s2, b) in zip(got, reference):
+        np.testing.assert_array_equal(s1, s2)
+        np.testing.assert_array_equal(a, b)
+    mixed.close()
