@@ -203,7 +203,8 @@ class Engine:
         # several ranks: hint this rank's own upcoming rows, about two shuffle groups' share ahead of delivery
         ahead = self._rows_ahead(rows) if self.placement.world_size > 1 and self.read.readahead else 0
         hinted_upto = 0
-        metrics_of = (lambda j: self.reads[(j, p.seq_len)])
+        def metrics_of(j: int) -> ReadMetrics:
+            return self.reads[(j, p.seq_len)]
         entering, blocks = self._groups_and_blocks(rows, p.seq_len)
         first_rows = bounds[:-1]
         enter_items = np.zeros(units.size, dtype=bool)
