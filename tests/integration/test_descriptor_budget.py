@@ -112,3 +112,15 @@ def test_thousands_of_shards_stream_under_a_small_descriptor_limit(corpus, kind,
         recipe["shuffle"] = shuffle
         reference = MixtureLoader(recipe)
     assert got["digest"] == _expected(reference, flats, steps)
+
+
+def test_stream_cli_full_shuffle_over_thousands_of_shards_under_a_small_limit(corpus):
+    """`shardkit stream --shuffle full --seq-len 64` over 20,000 shards under `ulimit -n 256`: exit 0."""
+    root, _ = corpus
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256)); "
+            "from cli.main import main; sys.exit(main())")
+    out = subprocess.run([sys.executable, "-c", code, "stream", str(root / "big"), "--seq-len", "64", "--batch",
+                          "32", "--shuffle", "full", "--steps", "200", "--json"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout)["batches"] == 200
