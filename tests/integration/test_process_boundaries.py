@@ -126,6 +126,9 @@ def test_the_engine_itself_refuses_to_be_pickled(root):
 
 
 def test_stateful_dataloader_resumed_with_another_worker_count_names_both(root):
+    from shardkit.torch import StatefulDataLoader as Checked
+    from shardkit.torch import check_stateful_state
+
     loader = _make("loader", root)
     dl = StatefulDataLoader(ShardkitIterableDataset(loader), batch_size=None, num_workers=2)
     it = iter(dl)
@@ -133,8 +136,12 @@ def test_stateful_dataloader_resumed_with_another_worker_count_names_both(root):
         next(it)
     saved = dl.state_dict()
     del it
-    from shardkit.torch import check_stateful_state
-
-    with pytest.raises(ResumeError, match="saved with 2 workers.*3"):
+    with pytest.raises(ResumeError, match="saved with 2 workers.*restored into 3"):
         check_stateful_state(saved, num_workers=3)
     check_stateful_state(saved, num_workers=2)
+    three = Checked(ShardkitIterableDataset(_make("loader", root)), batch_size=None, num_workers=3)
+    with pytest.raises(ResumeError, match="num_workers: .*saved with 2 workers"):
+        three.load_state_dict(saved)
+    two = Checked(ShardkitIterableDataset(_make("loader", root)), batch_size=None, num_workers=2)
+    two.load_state_dict(saved)
+    assert _take(two, 1)[0]["batch_index"] == _take(_make("loader", root), CUT + 1)[CUT]["batch_index"]
