@@ -3,7 +3,7 @@
 from .adapters.torch_dataset import ShardkitIterableDataset, check_stateful_state, to_torch
 from .adapters.torch_loader import ShardkitDataLoader
 
-__all__ = ["ShardkitDataLoader", "ShardkitIterableDataset", "StatefulDataLoader", "check_stateful_state", "to_torch"]
+__all__ = ["ShardkitDataLoader", "ShardkitIterableDataset", "check_stateful_state", "to_torch"]  # + StatefulDataLoader
 
 
 def __getattr__(name: str) -> object:
