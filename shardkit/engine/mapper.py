@@ -129,6 +129,7 @@ class Mapper:
             return got
 
     def _put(self, key: tuple[str, int], value: Any) -> None:
+        self._after_fork()
         with self._lock:
             self._maps[key] = value
             self._lru[key] = None
@@ -184,11 +185,13 @@ class Mapper:
 
     def held(self) -> int:
         """Mappings held now (bin and idx)."""
+        self._after_fork()
         with self._lock:
             return len(self._lru)
 
     def clear(self) -> None:
         """Release every mapping (their descriptors close once no array made from them is left)."""
+        self._after_fork()
         with self._lock:
             self._maps.clear()
             self._lru.clear()

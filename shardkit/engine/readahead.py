@@ -243,7 +243,7 @@ class HintWorker:
     def wait(self) -> None:
         """Block until every submitted hint was issued (tests and benchmarks; the loader never waits)."""
         q = self._q
-        if self._thread is None:
+        if self._thread is None or self._pid != os.getpid():
             return
         with q.cv:
             while q.tasks or q.busy:
@@ -251,11 +251,13 @@ class HintWorker:
 
     def close(self) -> None:
         """Stop the thread (pending hints are dropped) and wait for it."""
+        if self._pid != os.getpid():  # a forked child: the thread and its lock are the parent's
+            self._q, self._thread, self._pid = _Queue(self._q.mapper), None, os.getpid()
         q, thread = self._q, self._thread
         with q.cv:
             q.stop = True
             q.cv.notify_all()
-        if thread is not None and thread is not threading.current_thread() and self._pid == os.getpid():
+        if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=10)
         self._thread = None
 
