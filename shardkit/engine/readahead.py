@@ -22,6 +22,7 @@ import ctypes.util
 import mmap
 import os
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -147,6 +148,12 @@ class _Queue:
         self.populate_ok = True
 
 
+def _stop(q: _Queue) -> None:
+    with q.cv:
+        q.stop = True
+        q.cv.notify_all()
+
+
 def _run(q: _Queue) -> None:
     while True:
         with q.cv:
@@ -219,6 +226,7 @@ class HintWorker:
         self._q = _Queue(mapper)
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
+        self._stopper = weakref.finalize(self, _stop, self._q)  # a dropped worker stops its thread
 
     def submit(self, tasks: list[_Task]) -> None:
         if not tasks:
@@ -227,6 +235,8 @@ class HintWorker:
         if self._pid != os.getpid():  # a forked child: the parent's thread and condition are not ours
             self._q, self._thread, self._pid = _Queue(q.mapper), None, os.getpid()
             q = self._q
+            self._stopper.detach()
+            self._stopper = weakref.finalize(self, _stop, q)
         with q.cv:
             if q.stop:
                 return

@@ -58,13 +58,14 @@ def _make(kind, root, **kw):
 
 @pytest.mark.parametrize("kind", ["loader", "mixture"])
 def test_close_and_with_release_the_thread_and_every_mapping(root, kind):
-    assert _hint_threads() == 0
+    gc.collect()
+    before = _hint_threads()
     with _make(kind, root, fields=BatchFields(position_ids=True)) as ld:
         for _, _ in zip(range(40), ld):
             pass
         ld.engine.wait_hints()
-        assert _mapped(root) > 0 and _hint_threads() <= 1
-    assert _hint_threads() == 0 and _mapped(root) == 0 and _fds(root) == 0
+        assert _mapped(root) > 0 and _hint_threads() <= before + 1
+    assert _hint_threads() == before and _mapped(root) == 0 and _fds(root) == 0
     first = next(iter(ld))  # a closed loader reopens what it needs when it is used again
     assert first["batch_index"] == 40
     ld.close()
@@ -72,16 +73,18 @@ def test_close_and_with_release_the_thread_and_every_mapping(root, kind):
 
 @pytest.mark.parametrize("kind", ["loader", "mixture"])
 def test_a_dropped_loader_leaves_no_thread_mapping_or_descriptor(root, kind):
+    gc.collect()
+    before = _hint_threads()
     ld = _make(kind, root)
     for _, _ in zip(range(40), ld):
         pass
     del ld
     gc.collect()
     for _ in range(100):  # the hint thread exits once it sees the stop; give it a moment
-        if _hint_threads() == 0:
+        if _hint_threads() <= before:
             break
         threading.Event().wait(0.02)
-    assert _hint_threads() == 0 and _mapped(root) == 0 and _fds(root) == 0
+    assert _hint_threads() <= before and _mapped(root) == 0 and _fds(root) == 0
 
 
 def test_torch_distributed_checkpoint_saves_and_restores_the_data_position(root, tmp_path):
