@@ -166,11 +166,8 @@ class _Chunk:
                  view: np.ndarray, index: np.ndarray, crossing: np.ndarray | None, rows: Rows, width: int) -> None:
         self.gather, self.held, self.view, self.rows, self.width = gather, held, view, rows, width
         self.checks = [[(held[k], gather.mapper.shard(shards[k])) for k in ks] for ks in per_slab]
-        if crossing is not None and crossing.any():
-            index = index.copy()
-            index[crossing] = index[int(np.argmax(~crossing))] if not crossing.all() else 0
         self.index = index
-        self.crossing = crossing
+        self.crossing = crossing if crossing is not None and crossing.any() else None
         self._next = 0
 
     def slab(self, a: int, z: int) -> np.ndarray:
@@ -178,12 +175,15 @@ class _Chunk:
         for m, shard in self.checks[self._next]:
             m.check_intact(shard)  # one fstat: a truncated file raises instead of SIGBUS
         self._next += 1
-        crossing = self.crossing
-        if crossing is not None and crossing[a:z].all():
+        cross = None if self.crossing is None else np.flatnonzero(self.crossing[a:z])
+        if cross is None or not cross.size:
+            return self.view[self.index[a:z]]
+        if cross.size == z - a:
             out = np.empty((z - a, self.width), dtype=self.view.dtype)
-        else:
-            out = self.view[self.index[a:z]]
-        if crossing is not None:
-            for j in np.flatnonzero(crossing[a:z]).tolist():
-                self.gather.read_across(int(self.rows.gid[a + j]), int(self.rows.local[a + j]), out[j])
+        else:  # a row of this slab inside its shard (checked above) stands in until the window is assembled
+            index = self.index[a:z].copy()
+            index[cross] = index[int(np.argmax(~self.crossing[a:z]))]
+            out = self.view[index]
+        for j in cross.tolist():
+            self.gather.read_across(int(self.rows.gid[a + j]), int(self.rows.local[a + j]), out[j])
         return out
