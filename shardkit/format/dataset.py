@@ -22,6 +22,7 @@ from .compressed import DecompressCache
 from .idx import IndexFile, check_index_arrays, read_index
 from .listing import scan_directory
 from .manifest import Manifest, ShardEntry
+from .shard_files import check_index_header, open_shard_file
 
 __all__ = ["Dataset", "Shard", "open_dataset"]
 
@@ -97,16 +98,17 @@ class Shard:
         """The shard's `.bin` mapped read-only once (None for an empty shard); used for madvise hints."""
         if self.entry.bin_bytes == 0:
             return None
-        try:
-            f = open(self.bin_path, "rb")  # noqa: SIM115 - closed by the with below
-        except OSError as e:
-            raise ManifestError(str(self.bin_path), _unreadable(self.name, e)) from e
-        with f:
+        self.check_header()
+        with open_shard_file(self.bin_path, self.name) as f:
             size = os.fstat(f.fileno()).st_size
             if size != self.entry.bin_bytes:
                 raise ManifestError(str(self.bin_path), f"size {size:,} bytes, manifest records "
                                                         f"{self.entry.bin_bytes:,} (changed since open)")
             return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+    def check_header(self) -> None:
+        """The `.idx` header agrees with the manifest (dtype, documents, size): one small read per mapping."""
+        check_index_header(self.entry, self.idx_path, self.dtype)
 
     def check_intact(self) -> None:
         """Raise IntegrityError if the mapped `.bin` shrank since it was mapped.
