@@ -164,7 +164,7 @@ class Dataset:
         self.path = path
         self.manifest = manifest
         self.dtype = manifest.token_dtype
-        cache = DecompressCache(cache_dir) if manifest.compressed else None
+        cache = DecompressCache(cache_dir, fingerprint=manifest.fingerprint) if manifest.compressed else None
         self.shards = [Shard(path, e, self.dtype, cache) for e in manifest.shards]
         self.token_offsets = _cumulative([e.num_tokens for e in manifest.shards])
         self.doc_offsets = _cumulative([e.num_docs for e in manifest.shards])

@@ -214,7 +214,7 @@ def _deep(directory: Path, m: Manifest, states: list[ShardState], report: Verify
     if skipped:
         report.notes.append(f"token checks skipped for {skipped} shard(s) whose index or .bin is damaged")
     tick.start("tokens", sum(st.entry.bin_bytes for st in ready), "bytes")
-    cache = DecompressCache(cache_dir)
+    cache = DecompressCache(cache_dir, fingerprint=m.fingerprint)
 
     def one(st: ShardState) -> tuple[list[Problem], int]:
         try:
