@@ -141,3 +141,16 @@ def test_verify_cli_says_which_field_is_wrong(ds):
     r = subprocess.run([*shardkit_cmd(), "verify", str(ds)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "tokenizer.vocab_size" in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("target", ["/etc/passwd", "fifo"])
+def test_show_and_verify_never_open_a_tokenizer_path_outside_the_dataset(ds, tmp_path, target):
+    if target == "fifo":  # opening it would block forever: the timeout turns that into a failure
+        target = str(tmp_path / "tokenizer.json")
+        os.mkfifo(target)
+    _edit(ds, lambda d: d["tokenizer"].update(kind="hf", path=target, sha256=None))
+    for args in (["show", str(ds), "0"], ["verify", "--quick", "--decode-sample", "2", str(ds)]):
+        r = subprocess.run([*shardkit_cmd(), *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "outside the dataset" in r.stdout and f"--tokenizer {target}" in r.stdout
+        assert "root:" not in r.stdout + r.stderr
