@@ -215,7 +215,7 @@ def pack(config: PackConfig, *, progress: Callable[[PackProgress], None] | None 
     directory and then uploaded (`upload_progress(done, total)` gets bytes; see remote_output.py).
     `config.storage_options` reach every filesystem opened for remote inputs and the output.
     """
-    with storage_options_scope(config.inputs, config.storage_options):
+    with storage_options_scope(config.inputs, config.storage_options, config.retry):
         if is_remote(config.output):
             return pack_to_remote(config, _pack_local, PackResult, progress=progress,
                                   upload_progress=upload_progress)

@@ -314,7 +314,7 @@ def _fetcher_of(cache: DatasetCache, remote: _Remote, config: RemoteConfig) -> F
 def open_remote_dataset(url: str, config: RemoteConfig | None = None, **kwargs: Any) -> RemoteDataset:
     """Open the dataset at `url` through the local block cache (see RemoteConfig for the options)."""
     config = config or RemoteConfig(**kwargs)
-    fs, path = filesystem(url, config.storage_options)
+    fs, path = filesystem(url, config.storage_options, config.retry)
     where = f"{url.rstrip('/')}/{MANIFEST_NAME}"
     raw = retrying(lambda: fs.cat_file(f"{path.rstrip('/')}/{MANIFEST_NAME}"), what=f"read {where}",
                    policy=config.retry)
