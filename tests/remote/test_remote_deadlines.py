@@ -8,19 +8,24 @@ RemoteError within the deadline plus one attempt's timeouts.
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
 
+import numpy as np
 import pytest
 from support.faulty_proxy import Action, Rule
 from support.s3server import s3_storage_options
 
-from shardkit.errors import RemoteError
+from shardkit.errors import ManifestError, RemoteError
+from shardkit.format.manifest import compute_fingerprint
+from shardkit.loader import Loader
 from shardkit.remote.dataset import RemoteConfig, open_remote_dataset
-from shardkit.remote.fs import client_limits
+from shardkit.remote.fs import _with_limits, client_limits
 from shardkit.remote.retry import RetryPolicy
 from shardkit.remote.upload import list_remote
+from shardkit.writer import write_dataset
 
 DEADLINE = 5.0
 POLICY = RetryPolicy(initial_delay=0.2, max_delay=1.0, deadline=DEADLINE)
@@ -93,8 +98,24 @@ def test_uploads_listing_follows_the_same_limits(faulty_s3):
 
 
 def test_the_callers_own_client_settings_win():
-    from shardkit.remote.fs import _with_limits
     mine = _with_limits("s3://b/k", {"config_kwargs": {"read_timeout": 300}}, POLICY)
     assert mine["config_kwargs"]["read_timeout"] == 300
     assert mine["config_kwargs"]["retries"] == {"total_max_attempts": 1, "mode": "standard"}
     assert _with_limits("gs://b/k", {}, POLICY) == {}
+
+
+def test_a_remote_manifest_edited_to_another_dtype_is_refused_at_mapping(s3, tmp_path):
+    """The remote shard's `.idx` header (one range GET) is cross-checked like a local one's."""
+    local = tmp_path / "ds"
+    write_dataset(local, [np.arange(1, 40, dtype=np.uint16)] * 6, max_tokens_per_shard=100, checksum_block_size=64)
+    doc = json.loads((local / "manifest.json").read_bytes())
+    doc["dtype"] = "int16"
+    doc["fingerprint"] = compute_fingerprint(doc)
+    (local / "manifest.json").write_text(json.dumps(doc))
+    client = s3.server.client()
+    for f in sorted(local.iterdir()):
+        client.put_object(Bucket=s3.bucket, Key=f"ds/{f.name}", Body=f.read_bytes())
+    data = open_remote_dataset(s3.url("ds"), RemoteConfig(cache_dir=tmp_path / "cache", retry=POLICY,
+                                                          storage_options=s3.storage_options()))
+    with data, pytest.raises(ManifestError, match="index records token dtype uint16"):
+        next(iter(Loader(data, seq_len=8, batch_schedule=2, readahead=False)))
