@@ -101,9 +101,11 @@ class Shard:
         self.check_header()
         with open_shard_file(self.bin_path, self.name) as f:
             size = os.fstat(f.fileno()).st_size
-            if size != self.entry.bin_bytes:
-                raise ManifestError(str(self.bin_path), f"size {size:,} bytes, manifest records "
-                                                        f"{self.entry.bin_bytes:,} (changed since open)")
+            if size != self.entry.bin_bytes:  # modified under a running reader, as check_intact reports
+                raise IntegrityError(self.name, f"{self.bin_path.name} is {size:,} bytes, the manifest records "
+                                                f"{self.entry.bin_bytes:,}: the dataset was modified after it "
+                                                "was opened; restore it or re-pack",
+                                     expected=str(self.entry.bin_bytes), actual=str(size))
             return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
     def check_header(self) -> None:

@@ -17,7 +17,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from ..errors import ManifestError
+from ..errors import IntegrityError, ManifestError
 from .idx import HEADER_SIZE, IndexHeader, parse_index_header
 from .manifest import ShardEntry
 
@@ -83,8 +83,9 @@ def check_index_header(entry: ShardEntry, idx_path: Path, dtype: np.dtype) -> In
     with open_shard_file(idx_path, entry.name) as f:
         size = os.fstat(f.fileno()).st_size
         if size != entry.idx_bytes:
-            raise ManifestError(where, f"size {size:,} bytes, manifest records {entry.idx_bytes:,} (changed "
-                                       "since open)")
+            raise IntegrityError(entry.name, f"{idx_path.name} is {size:,} bytes, the manifest records "
+                                             f"{entry.idx_bytes:,}: the dataset was modified after it was opened; "
+                                             "restore it or re-pack", expected=str(entry.idx_bytes), actual=str(size))
         raw = f.read(HEADER_SIZE)
     if len(raw) < HEADER_SIZE:
         raise ManifestError(where, f"index is {len(raw)} bytes, shorter than the {HEADER_SIZE}-byte header")
