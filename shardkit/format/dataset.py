@@ -109,8 +109,11 @@ class Shard:
             return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
     def check_header(self) -> None:
-        """The `.idx` header agrees with the manifest (dtype, documents, size): one small read per mapping."""
-        check_index_header(self.entry, self.idx_path, self.dtype)
+        """The `.idx` header agrees with the manifest (dtype, documents, size): one small read, at the first
+        mapping of this shard (a release and remap does not read it again)."""
+        if not self.__dict__.get("_header_ok"):
+            check_index_header(self.entry, self.idx_path, self.dtype)
+            self._header_ok = True
 
     def check_intact(self) -> None:
         """Raise IntegrityError if the mapped `.bin` shrank since it was mapped.

@@ -2,10 +2,10 @@
 
 The manifest's fingerprint is a plain hash anyone can recompute, so what the loader takes from the manifest
 (the token dtype, the document count, the byte size) is cross-checked against what the shard files say of
-themselves: one 34-byte read of the `.idx` header per mapping, never a scan of every shard at open. A shard
-file is opened with `O_NOFOLLOW`; a symlink is followed only when it resolves inside the dataset (the policy
-`open_dataset` applies when it lists the directory), and the file must be regular, so a file swapped for a
-link out of the dataset or for a FIFO after the listing is refused, not read.
+themselves: one 34-byte read of the `.idx` header at a shard's first mapping, never a scan of every shard
+at open. A shard file is opened with `O_NOFOLLOW`; a symlink is followed only when it resolves inside the
+dataset (the policy `open_dataset` applies when it lists the directory), and the file must be regular, so
+a file swapped for a link out of the dataset or for a FIFO after the listing is refused, not read.
 """
 
 from __future__ import annotations
