@@ -13,7 +13,7 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from shardkit.errors import ShardkitError
@@ -91,7 +91,7 @@ EDIT = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=None)
 @given(edits=st.lists(EDIT, min_size=1, max_size=4), fix_totals=st.booleans(), drop_tokenizer=st.booleans())
 def test_edited_manifests_load_identically_or_are_refused(base, edits, fix_totals, drop_tokenizer):
     path, original, real = base
