@@ -120,10 +120,12 @@ def histogram_lines(counts: list[int], empty: int = 0) -> list[str]:
 @click.option("--max-tokens", type=click.IntRange(min=0), default=4096, show_default=True,
               help="Print at most this many tokens (0: all).")
 @click.option("--no-text", is_flag=True, help="Print ids only; do not load the tokenizer.")
+@click.option("--tokenizer", default=None, metavar="SPEC",
+              help="Tokenizer to decode with (default: the recorded one, only if its file is in the dataset).")
 @json_option
-def show_cmd(dataset, doc, max_tokens, no_text, as_json):
+def show_cmd(dataset, doc, max_tokens, no_text, tokenizer, as_json):
     """Print document DOC of DATASET (0-based, over all shards): its token ids and decoded text."""
-    v = show_document(dataset, doc, max_tokens=max_tokens or None, decode=not no_text)
+    v = show_document(dataset, doc, max_tokens=max_tokens or None, decode=not no_text, tokenizer=tokenizer)
     if as_json:
         click.echo(json.dumps(v.to_json(), indent=2, ensure_ascii=False))
         return

@@ -25,9 +25,11 @@ __all__ = ["render_report", "verify_cmd", "verify_status"]
               help="Threads reading and hashing blocks (default: one per core).")
 @click.option("--decode-sample", type=click.IntRange(min=0), default=0, metavar="N",
               help="Decode N documents spread over the dataset through its tokenizer (when available).")
+@click.option("--tokenizer", default=None, metavar="SPEC",
+              help="Tokenizer for --decode-sample (default: the recorded one, only if its file is in the dataset).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress line.")
 @json_option
-def verify_cmd(dataset, quick, deep, jobs, decode_sample, quiet, as_json):
+def verify_cmd(dataset, quick, deep, jobs, decode_sample, tokenizer, quiet, as_json):
     """Verify DATASET: manifest, shard files, indexes and every block checksum.
 
     Exit status: 0 clean; 1 problems found, or an unfinished pack (journal, no manifest); 2 usage error.
@@ -37,7 +39,7 @@ def verify_cmd(dataset, quick, deep, jobs, decode_sample, quiet, as_json):
     mode = VerifyMode.QUICK if quick else VerifyMode.DEEP if deep else VerifyMode.FULL
     status = StatusLine(enabled=not quiet and not as_json)
     try:
-        report = verify_dataset(dataset, mode=mode, jobs=jobs, decode_sample=decode_sample,
+        report = verify_dataset(dataset, mode=mode, jobs=jobs, decode_sample=decode_sample, tokenizer=tokenizer,
                                 progress=lambda p: status.update(verify_status(p)))
     finally:
         status.close()

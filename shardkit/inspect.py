@@ -195,8 +195,11 @@ class DocumentView:
 
 
 def show_document(path: str | os.PathLike[str], doc: int, *, max_tokens: int | None = None,
-                  decode: bool = True) -> DocumentView:
-    """Document `doc` (0-based over the whole dataset): its ids and, if the tokenizer loads, its text."""
+                  decode: bool = True, tokenizer: str | None = None) -> DocumentView:
+    """Document `doc` (0-based over the whole dataset): its ids and, if the tokenizer loads, its text.
+
+    `tokenizer` decodes it (default: the recorded tokenizer, only if its file is inside the dataset).
+    """
     ds = open_dataset(path)
     if not 0 <= doc < ds.num_docs:
         raise ConfigError(f"document {doc} is out of range: the dataset has {ds.num_docs:,} documents "
@@ -207,9 +210,9 @@ def show_document(path: str | os.PathLike[str], doc: int, *, max_tokens: int | N
     notes: list[str] = []
     text = None
     if decode:
-        tokenizer, notes = load_dataset_tokenizer(ds.tokenizer)
-        if tokenizer is not None:
-            text = tokenizer.decode(tokens)
+        loaded, notes = load_dataset_tokenizer(ds.tokenizer, ds.path, tokenizer=tokenizer)
+        if loaded is not None:
+            text = loaded.decode(tokens)
     return DocumentView(doc=doc, shard=shard.name, doc_in_shard=j, tokens=tokens, total_tokens=int(full.size),
                         text=text, doc_id=_doc_id(ds.path / f"{shard.name}.ids.jsonl", j), notes=notes)
 

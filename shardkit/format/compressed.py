@@ -11,9 +11,13 @@ ways to read it:
 * **Whole shard** — `DecompressCache.materialize` decompresses the shard once into a plain `.bin` in a
   per-user cache directory (temp file → checked against the shard's uncompressed block checksums →
   fsync → rename), which `Shard.tokens` then maps like any shard: the loader's hot path is unchanged.
-  Cache entries are named by the shard's sidecar digest (which covers the uncompressed and compressed
-  digests), so a re-packed or changed shard never meets a stale entry. Processes that open the same
-  shard at once (DataLoader workers) take a lock: one decompresses, the others map its result.
+  Cache entries sit under the dataset's fingerprint and are named by the shard's sidecar digest (which
+  covers the uncompressed and compressed digests), so a re-packed or changed shard never meets a stale
+  entry. An entry is a derived file that anyone with write access to the cache could change, so it is
+  verified against the sidecar's block checksums when a process first uses it (one read of the entry; the
+  result is remembered per inode, size and mtime) and rebuilt if it does not match: a damaged or
+  poisoned entry is never served, and `verify --deep` never blames the dataset for one. Processes that
+  open the same shard at once (DataLoader workers) take a lock: one decompresses, the others map its result.
 
 Cache location: `cache_dir` if given, else `$SHARDKIT_CACHE_DIR/decompressed`, else
 `$XDG_CACHE_HOME/shardkit/decompressed`, else `~/.cache/shardkit/decompressed`. Entries are never
@@ -26,6 +30,7 @@ import contextlib
 import fcntl
 import io
 import os
+import stat
 import tempfile
 import threading
 from collections import deque
@@ -36,7 +41,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import ConfigError, IntegrityError, ManifestError
-from .checksums import BlockHasher, FileChecksums, ShardChecksums, digest_bytes
+from .checksums import BlockHasher, FileChecksums, ShardChecksums, digest_bytes, file_block_digests
 from .manifest import ShardEntry
 from .zstd_frames import FOOTER_SIZE, FramedReader, FrameIndex
 
@@ -55,7 +60,7 @@ __all__ = [
     "shard_checksums",
 ]
 
-CACHE_FORMAT = 1  # bump when the cache layout changes: old entries are then simply not found
+CACHE_FORMAT = 2  # bump when the cache layout changes: old entries are then simply not found
 
 
 def default_cache_dir() -> Path:
@@ -310,25 +315,51 @@ def _first_mismatch(got: FileChecksums, expected: FileChecksums, block_size: int
 class DecompressCache:
     """Verified decompressed copies of compressed shards, one plain file per shard content."""
 
-    def __init__(self, root: str | os.PathLike[str] | None = None, *, threads: int | None = None) -> None:
+    def __init__(self, root: str | os.PathLike[str] | None = None, *, threads: int | None = None,
+                 fingerprint: str | None = None) -> None:
         self.root = Path(root) if root is not None else default_cache_dir()
         self.threads = threads
+        self.fingerprint = fingerprint
+        self._checked: set[tuple[int, int, int, int]] = set()  # (dev, inode, size, mtime) of verified entries
 
     def path_for(self, entry: ShardEntry) -> Path:
-        """The entry's cache file: named by the sidecar digest, which changes with any content change."""
-        return self.root / f"v{CACHE_FORMAT}" / f"{entry.name}-{entry.sum_digest}-{entry.bin_bytes}.bin"
+        """The entry's cache file: under the dataset's fingerprint, named by the sidecar digest."""
+        base = self.root / f"v{CACHE_FORMAT}"
+        if self.fingerprint:
+            base = base / self.fingerprint[:32]
+        return base / f"{entry.name}-{entry.sum_digest}-{entry.bin_bytes}.bin"
 
-    def _ready(self, path: Path, size: int) -> bool:
+    def _ready(self, path: Path, size: int, directory: Path, entry: ShardEntry) -> bool:
+        """Whether `path` is a regular file of `size` bytes whose blocks match the shard's sidecar."""
         try:
             st = path.lstat()
         except FileNotFoundError:
             return False
-        return path.is_file() and not path.is_symlink() and st.st_size == size
+        if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+            return False
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if key in self._checked:
+            return True
+        if not self._matches(path, directory, entry):
+            return False
+        self._checked.add(key)
+        return True
+
+    def _matches(self, path: Path, directory: Path, entry: ShardEntry) -> bool:
+        sums = shard_checksums(directory, entry)
+        expected = sums.files.get(entry.bin_name)
+        if expected is None:
+            raise IntegrityError(entry.name, f"{entry.sum_name} has no checksums of the uncompressed {entry.bin_name}")
+        try:
+            got = file_block_digests(path, sums.block_size)
+        except OSError:
+            return False
+        return _first_mismatch(got, expected, sums.block_size) is None
 
     def materialize(self, directory: Path, entry: ShardEntry) -> Path:
         """The shard's plain `.bin` in the cache, decompressed and verified now unless already there."""
         final = self.path_for(entry)
-        if self._ready(final, entry.bin_bytes):
+        if self._ready(final, entry.bin_bytes, directory, entry):
             return final
         try:
             final.parent.mkdir(parents=True, exist_ok=True)
@@ -339,7 +370,7 @@ class DecompressCache:
                               "to make a plain copy of the dataset") from None
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX)  # one process decompresses; the others wait, then map it
-            if self._ready(final, entry.bin_bytes):
+            if self._ready(final, entry.bin_bytes, directory, entry):
                 return final
             fd, tmp = tempfile.mkstemp(prefix=f".{entry.name}-", suffix=".tmp", dir=final.parent)
             try:
@@ -348,6 +379,8 @@ class DecompressCache:
                     out.flush()
                     os.fsync(out.fileno())
                 os.replace(tmp, final)
+                st = final.lstat()
+                self._checked.add((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))  # verified as written
             except BaseException:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
@@ -363,7 +396,7 @@ class DecompressCache:
         For whole-dataset scans (`verify --deep`) that must not fill the cache with every shard.
         """
         final = self.path_for(entry)
-        if self._ready(final, entry.bin_bytes):
+        if self._ready(final, entry.bin_bytes, directory, entry):
             yield final
             return
         try:

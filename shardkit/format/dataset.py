@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import stat
 from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
@@ -23,6 +22,7 @@ from .compressed import DecompressCache
 from .idx import IndexFile, check_index_arrays, read_index
 from .listing import scan_directory
 from .manifest import Manifest, ShardEntry
+from .shard_files import check_index_header, open_shard_file
 
 __all__ = ["Dataset", "Shard", "open_dataset"]
 
@@ -84,7 +84,7 @@ class Shard:
     def load_index(self, *, check: bool = True) -> IndexFile:
         """Map the `.idx` (not cached: see `map_bin`); with `check`, validate it against the manifest (O(docs))."""
         where = str(self.idx_path)
-        os.close(_open_regular(self.idx_path, self.name, self.directory))
+        open_shard_file(self.idx_path, self.name).close()  # a regular file inside the dataset, never a FIFO
         try:
             idx = read_index(self.idx_path, check=False)
         except OSError as e:
@@ -113,21 +113,34 @@ class Shard:
         """
         if self.entry.bin_bytes == 0:
             return None
-        fd = _open_regular(self.bin_path, self.name, self.directory if not self.compressed else None)
-        try:
-            size = os.fstat(fd).st_size
-            if size != self.entry.bin_bytes:
-                raise ManifestError(str(self.bin_path), f"size {size:,} bytes, manifest records "
-                                                        f"{self.entry.bin_bytes:,} (changed since open)")
-            return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-        finally:
-            os.close(fd)
+        self.check_header()
+        with open_shard_file(self.bin_path, self.name) as f:
+            size = os.fstat(f.fileno()).st_size
+            if size != self.entry.bin_bytes and self.__dict__.get("_size_seen"):
+                # it had the right size when this process mapped it before: modified under a running reader
+                raise IntegrityError(self.name, f"{self.bin_path.name} is {size:,} bytes, the manifest records "
+                                                f"{self.entry.bin_bytes:,}: the dataset was modified after it "
+                                                "was opened; restore it or re-pack",
+                                     expected=str(self.entry.bin_bytes), actual=str(size))
+            if size != self.entry.bin_bytes:  # the first look at this file (readers that skip the listing)
+                raise ManifestError(str(self.bin_path), f"size {size:,} bytes, the manifest records "
+                                                        f"{self.entry.bin_bytes:,} (truncated, appended to, or "
+                                                        "replaced); restore it or re-pack")
+            self._size_seen = True
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
     def tokens_of(self, mapping: mmap.mmap | None) -> np.ndarray:
         """The shard's tokens as a read-only array over `mapping` (a `map_bin()` result)."""
         if mapping is None:
             return np.zeros(0, dtype=self.dtype)
         return np.frombuffer(mapping, dtype=self.dtype, count=self.entry.num_tokens)
+
+    def check_header(self) -> None:
+        """The `.idx` header agrees with the manifest (dtype, documents, size): one small read, at the first
+        mapping of this shard (a release and remap does not read it again)."""
+        if not self.__dict__.get("_header_ok"):
+            check_index_header(self.entry, self.idx_path, self.dtype)
+            self._header_ok = True
 
     def check_intact(self) -> None:
         """Raise IntegrityError if the mapped `.bin` shrank since it was mapped.
@@ -180,7 +193,7 @@ class Dataset:
         self.path = path
         self.manifest = manifest
         self.dtype = manifest.token_dtype
-        cache = DecompressCache(cache_dir) if manifest.compressed else None
+        cache = DecompressCache(cache_dir, fingerprint=manifest.fingerprint) if manifest.compressed else None
         self.shards = [Shard(path, e, self.dtype, cache) for e in manifest.shards]
         self.token_offsets = _cumulative([e.num_tokens for e in manifest.shards])
         self.doc_offsets = _cumulative([e.num_docs for e in manifest.shards])
@@ -248,31 +261,6 @@ class Dataset:
                 pos += take
             s += 1
         return out
-
-
-def _open_regular(path: Path, shard: str, root: Path | None) -> int:
-    """A read-only descriptor of `path`, which must be a regular file (a FIFO would block a plain open) and,
-    when `root` is given, must not be a symlink leading out of it (the loader opens shards by name lazily,
-    without the directory scan `open_dataset` does)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as e:
-        if os.path.islink(path):
-            raise ManifestError(str(path), f"shard {shard}: a dangling or looping symlink, not a regular file; "
-                                           "restore the shard or re-pack") from e
-        raise ManifestError(str(path), _unreadable(shard, e)) from e
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ManifestError(str(path), f"shard {shard}: not a regular file; restore the shard or re-pack")
-        if root is not None and os.path.islink(path):
-            real_root, target = os.path.realpath(root), os.path.realpath(path)
-            if os.path.commonpath([real_root, target]) != real_root:
-                raise ManifestError(str(path), f"shard {shard}: a symlink pointing outside the dataset; "
-                                               "restore the shard or re-pack")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 def _unreadable(shard: str, e: OSError) -> str:

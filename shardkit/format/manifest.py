@@ -21,6 +21,7 @@ import numpy as np
 from ..errors import ManifestError, brief
 from .atomic import atomic_write_bytes
 from .dtypes import READABLE_TOKEN_DTYPES
+from .manifest_schema import check_manifest_fields
 
 __all__ = [
     "MANIFEST_NAME",
@@ -257,9 +258,8 @@ class Manifest:
         for s in shards:
             if s.bin_bytes != s.num_tokens * itemsize:
                 raise ManifestError(where, f"shard {s.name}: bin_bytes {s.bin_bytes} != tokens × {itemsize}")
-        block = (doc.get("checksum") or {}).get("block_size") if isinstance(doc.get("checksum"), dict) else None
-        if not isinstance(block, int) or block <= 0:
-            raise ManifestError(where, "manifest lacks checksum.block_size")
+        check_manifest_fields(doc, where, int(np.iinfo(np.dtype(dtype)).max))
+        block = doc["checksum"]["block_size"]
         totals = doc.get("totals")
         if not isinstance(totals, dict):
             raise ManifestError(where, "manifest lacks totals")

@@ -15,10 +15,13 @@ from ..errors import ReaderError
 from ..readers import ReaderConfig, Record, read_records
 from ..sources import InputFile
 
-__all__ = ["Skip", "Chunk", "iter_chunks", "CHUNK_CHARS", "CHUNK_DOCS"]
+__all__ = ["Skip", "Chunk", "iter_chunks", "CHUNK_CHARS", "CHUNK_DOCS", "MAX_DOC_CHARS"]
 
 CHUNK_CHARS = 1 << 20  # ~1 MB of text per task: large enough to amortise IPC, small enough to stay flat
 CHUNK_DOCS = 4096
+# Tokenizing a document holds ~8-10x its size at once (text, its copy in the worker, ids, offsets); past
+# this many characters a document is skipped with its reason, so one input cannot take gigabytes.
+MAX_DOC_CHARS = 64 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +79,9 @@ def iter_chunks(
                 if not rec.text:
                     chunk.skips.append(Skip(len(chunk.texts), fi, rec.location, "empty document"))
                     continue
+                if len(rec.text) > MAX_DOC_CHARS:
+                    chunk.skips.append(Skip(len(chunk.texts), fi, rec.location, _too_long(len(rec.text))))
+                    continue
                 chunk.texts.append(rec.text)
                 chunk.ids.append(rec.doc_id)
                 chunk.doc_file.append(fi)
@@ -96,6 +102,11 @@ def iter_chunks(
     chunk.input_bytes_done = done_bytes
     if chunk.texts or chunk.skips:
         yield chunk
+
+
+def _too_long(chars: int) -> str:
+    return (f"document of {chars:,} characters exceeds the per-document limit of {MAX_DOC_CHARS:,} "
+            "(tokenizing it would take gigabytes at once); split it into smaller documents")
 
 
 def sample_texts(files: Sequence[InputFile], reader: ReaderConfig, *, max_docs: int = 128,

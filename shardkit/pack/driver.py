@@ -36,7 +36,7 @@ from ..writer import JOURNAL_NAME, Journal, JournalEntry, ShardWriter
 from .chunks import Chunk, Skip, iter_chunks, sample_texts
 from .config import OnError, PackConfig, ResumeMode
 from .memory import pin_malloc_thresholds
-from .output_dir import locked_output, prepare_output, remove_shardkit_files
+from .output_dir import locked_output, outside_output, prepare_output, remove_shardkit_files
 from .pool import ordered_map
 from .remote_output import pack_to_remote
 from .slices import plan_task, read_slice_records
@@ -215,7 +215,7 @@ def pack(config: PackConfig, *, progress: Callable[[PackProgress], None] | None 
     directory and then uploaded (`upload_progress(done, total)` gets bytes; see remote_output.py).
     `config.storage_options` reach every filesystem opened for remote inputs and the output.
     """
-    with storage_options_scope(config.inputs, config.storage_options):
+    with storage_options_scope(config.inputs, config.storage_options, config.retry):
         if is_remote(config.output):
             return pack_to_remote(config, _pack_local, PackResult, progress=progress,
                                   upload_progress=upload_progress)
@@ -230,6 +230,7 @@ def _pack_local(config: PackConfig, *, progress: Callable[[PackProgress], None] 
     remote_inputs = any(is_remote(p) for p in config.inputs)
     files = (retrying(lambda: list_inputs(config.inputs), what=f"list {' '.join(config.inputs)}",
                       policy=config.retry) if remote_inputs else list_inputs(config.inputs))
+    files = outside_output(files, out)
     task_meta = None
     if config.task is not None:  # every task lists all inputs and computes the same split
         files, task_meta = plan_task(config.task, files)

@@ -109,7 +109,7 @@ def pack_to_remote(config: PackConfig, local_pack: Callable[..., R], result_type
     dataset = staging / _DATASET
     upload = UploadConfig(storage_options=config.storage_options, verify=config.upload_verify,
                           retry=config.retry, parallel=config.upload_parallel)
-    with locked_output(staging):  # one pack per remote output on this machine
+    with locked_output(staging, own_layout=True):  # one pack per remote output on this machine
         existing = list_remote(url, storage_options=config.storage_options, policy=config.retry)
         _check_remote(config, existing)
         if config.overwrite:

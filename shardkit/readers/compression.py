@@ -8,6 +8,8 @@ multi-frame zstd files are read to the end, and a stream that stops inside a mem
 
 from __future__ import annotations
 
+import os
+import stat
 import zlib
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
@@ -27,8 +29,13 @@ _FIX = "re-download or re-create the file, or remove it from the inputs"
 
 
 def open_binary(url: str) -> BinaryIO:
-    """Open `url` for binary reading through fsspec, turning OS errors into a ReaderError that names it."""
+    """Open `url` for binary reading through fsspec, turning OS errors into a ReaderError that names it.
+
+    A local path must be a regular file when opened (a FIFO swapped in after listing would block the open).
+    """
     try:
+        if "://" not in url:
+            return _open_local(url)
         return fsspec.open(url, "rb").open()  # type: ignore[no-any-return]
     except FileNotFoundError:
         raise ReaderError(url, "file not found (was it moved or deleted after listing?)") from None
@@ -38,6 +45,21 @@ def open_binary(url: str) -> BinaryIO:
         raise ReaderError(url, "is a directory, not a file") from None
     except OSError as e:
         raise ReaderError(url, f"cannot open: {e}") from e
+
+
+def _open_local(path: str) -> BinaryIO:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise ReaderError(path, "is a directory, not a file")
+        if not stat.S_ISREG(mode):
+            raise ReaderError(path, "not a regular file (a FIFO, socket or device); inputs must be regular files")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _raw_blocks(f: BinaryIO, url: str, block_size: int) -> Iterator[bytes]:

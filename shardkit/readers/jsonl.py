@@ -106,6 +106,8 @@ def _slow_parse(line: str) -> tuple[Any, str | None]:
         return None, f"invalid JSON: {e.msg} (col {e.colno})"
     except RecursionError:
         return None, "invalid JSON: nested too deeply"
+    except ValueError as e:  # e.g. an integer of more than 4,300 digits (sys.set_int_max_str_digits)
+        return None, f"unreadable JSON value: {str(e)[:200]}"
 
 
 def _array_hint(url: str, line: str) -> ReaderError | None:
@@ -150,7 +152,11 @@ class _LineParser:
                 return make_record(i, None, None, f"field {self.field.path!r} contains an unpaired surrogate "
                                    "escape, not valid Unicode (try --encoding-errors replace)", where)
             text = _SURROGATE.sub("\ufffd", text)
-        doc_id = stringify_id(self.id_path.get(obj)) if self.id_path is not None else None
+        try:
+            doc_id = stringify_id(self.id_path.get(obj)) if self.id_path is not None else None
+        except (ValueError, TypeError, RecursionError) as e:  # a record's value, never the whole file's problem
+            return make_record(i, None, None, f"field {self.id_path.path!r} cannot be used as an id "  # type: ignore[union-attr]
+                               f"({type(e).__name__}: {str(e)[:200]})", where)
         return make_record(i, text, doc_id, None, where)
 
 
@@ -197,9 +203,13 @@ def read_jsonl(file: InputFile, config: ReaderConfig, start: int = 0) -> Iterato
                     else:
                         doc_id = obj.get(id_key) if id_key is not None else id_path.get(obj)
                         if type(doc_id) is not str:
-                            doc_id = stringify_id(MISSING if doc_id is None else doc_id)
-                    yield new(i, text, doc_id, None, f"{prefix}{i + 1}")
-                    continue
+                            try:
+                                doc_id = stringify_id(MISSING if doc_id is None else doc_id)
+                            except (ValueError, TypeError, RecursionError):
+                                doc_id = _BLANK  # the careful path below makes it this record's error
+                    if doc_id is not _BLANK:
+                        yield new(i, text, doc_id, None, f"{prefix}{i + 1}")
+                        continue
             rec = parser.record(i, line, bad.get(i - base) if bad else None)
             if rec is not None:
                 yield rec

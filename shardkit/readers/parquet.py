@@ -178,7 +178,12 @@ def _records(url: str, field: FieldPath, texts: list[Any], ids: list[Any] | None
     for k, text in enumerate(texts):
         i = row + k
         if type(text) is str:
-            yield new(i, text, stringify_id(ids[k]) if ids is not None else None, None, f"{url}:row {i}")
+            try:
+                doc_id = stringify_id(ids[k]) if ids is not None else None
+            except (ValueError, TypeError, RecursionError) as e:  # a row's value, never the whole file's problem
+                yield new(i, None, None, f"id cannot be used ({type(e).__name__}: {str(e)[:200]})", f"{url}:row {i}")
+                continue
+            yield new(i, text, doc_id, None, f"{url}:row {i}")
         elif text is None:
             yield new(i, None, None, f"field {field.path!r} is null", f"{url}:row {i}")
         else:

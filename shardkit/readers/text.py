@@ -11,12 +11,12 @@ from .records import ReaderConfig, Record, make_record
 
 __all__ = ["MAX_TEXT_BYTES", "read_text"]
 
-MAX_TEXT_BYTES = 2 << 30  # the document is held in memory whole (bytes and str), so bound it
+MAX_TEXT_BYTES = 64 << 20  # the document is held in memory whole (bytes and str): pack's per-document limit
 _BOM = b"\xef\xbb\xbf"
 
 
 def _too_big(url: str) -> ReaderError:
-    return ReaderError(url, f"a .txt document larger than {MAX_TEXT_BYTES >> 30} GiB is refused (it is read "
+    return ReaderError(url, f"a .txt document larger than {MAX_TEXT_BYTES >> 20} MiB is refused (it is read "
                        "into memory whole); split it into smaller files or convert it to JSON lines")
 
 

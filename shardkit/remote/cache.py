@@ -153,8 +153,14 @@ class CacheRoot:
         with cls._instances_lock:
             root = cls._instances.get(p)
             if root is None:
-                p.mkdir(parents=True, exist_ok=True)
-                root = cls._instances[p] = cls(p, limit)
+                try:
+                    p.mkdir(parents=True, exist_ok=True)
+                    root = cls._instances[p] = cls(p, limit)
+                except CacheError:
+                    raise
+                except OSError as e:  # read-only file system, a regular file in the path, no permission
+                    raise CacheError(f"{p}: cannot be used as the remote cache directory ({e.strerror or e}); "
+                                     "pass a writable cache_dir (or set SHARDKIT_REMOTE_CACHE_DIR)") from None
             root.limit = limit
             return root
 

@@ -26,8 +26,9 @@ from ..errors import ConfigError, IntegrityError, ManifestError
 from ..format.atomic import atomic_write_bytes
 from ..format.checksums import ShardChecksums, digest_bytes
 from ..format.dataset import Dataset, Shard, open_dataset
-from ..format.idx import IndexFile
+from ..format.idx import HEADER_SIZE, IndexFile, parse_index_header
 from ..format.manifest import MANIFEST_NAME, Manifest, ShardEntry
+from ..format.shard_files import check_header_agrees
 from ..units import parse_bytes
 from .blocks import charge_of
 from .cache import CacheRoot, DatasetCache, ofd_lock
@@ -99,6 +100,7 @@ class _Remote:
         self.cache = cache
         self.config = config
         self._sums: dict[int, ShardChecksums] = {}
+        self._headers_checked: set[int] = set()
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._pid = os.getpid()
@@ -192,6 +194,18 @@ class _Remote:
 
         self._meta(s, 1, e.idx_name, check)
 
+    def check_header(self, s: int, dtype: Any) -> None:
+        """The remote `.idx` header agrees with the manifest: one 34-byte range read per shard and process."""
+        if s in self._headers_checked:
+            return
+        e = self.manifest.shards[s]
+        raw = self._get(e.idx_name, 0, HEADER_SIZE, " (index header)")
+        where = self.url_of(e.idx_name)
+        if len(raw) < HEADER_SIZE:
+            raise ManifestError(where, f"index is {len(raw)} bytes, shorter than the {HEADER_SIZE}-byte header")
+        check_header_agrees(parse_index_header(raw, e.idx_bytes, where), e, dtype, where)
+        self._headers_checked.add(s)
+
     def _block(self, gid: int) -> tuple[ShardEntry, int, int, int, str]:
         s, lo, hi = self.cache.blocks.byte_range(gid)
         e = self.manifest.shards[s]
@@ -227,6 +241,9 @@ class RemoteShard(Shard):
         super().__init__(directory, entry, dtype)
         self._remote = remote
         self._i = index
+
+    def check_header(self) -> None:
+        self._remote.check_header(self._i, self.dtype)
 
     def load_index(self, *, check: bool = True) -> IndexFile:
         self._remote.ensure_index(self._i)
@@ -295,7 +312,7 @@ def _fetcher_of(cache: DatasetCache, remote: _Remote, config: RemoteConfig) -> F
 def open_remote_dataset(url: str, config: RemoteConfig | None = None, **kwargs: Any) -> RemoteDataset:
     """Open the dataset at `url` through the local block cache (see RemoteConfig for the options)."""
     config = config or RemoteConfig(**kwargs)
-    fs, path = filesystem(url, config.storage_options)
+    fs, path = filesystem(url, config.storage_options, config.retry)
     where = f"{url.rstrip('/')}/{MANIFEST_NAME}"
     raw = retrying(lambda: fs.cat_file(f"{path.rstrip('/')}/{MANIFEST_NAME}"), what=f"read {where}",
                    policy=config.retry)

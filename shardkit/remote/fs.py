@@ -20,8 +20,12 @@ import fsspec.core
 from fsspec.implementations.local import LocalFileSystem
 
 from ..errors import ConfigError, MissingDependencyError
+from .retry import DEFAULT_POLICY, RetryPolicy
 
-__all__ = ["filesystem", "is_remote", "join", "protocols", "storage_options_scope", "strip_protocol"]
+__all__ = ["client_limits", "filesystem", "is_remote", "join", "protocols", "storage_options_scope",
+           "strip_protocol"]
+
+_S3_PROTOCOLS = frozenset({"s3", "s3a"})
 
 _LOCAL_PROTOCOLS = frozenset({"file", "local"})
 # protocol -> (package, shardkit extra or None) for the "pip install" hint
@@ -44,6 +48,26 @@ def _copied(options: Mapping[str, Any] | None) -> dict[str, Any]:
         return dict(options or {})
 
 
+def client_limits(policy: RetryPolicy = DEFAULT_POLICY) -> dict[str, Any]:
+    """botocore settings under which one shardkit attempt is one HTTP attempt of bounded duration.
+
+    botocore (up to 5 attempts with backoff) and s3fs (5 more around each) retry on their own, inside one
+    attempt of `retrying`: a dead endpoint took minutes to fail whatever the RetryPolicy said. Here the
+    client makes a single attempt, with connect and read timeouts scaled to the policy's deadline, and
+    shardkit's policy is the one retry loop (so its deadline is kept to within one attempt's timeouts).
+    A `config_kwargs` key the caller sets in `storage_options` wins over these.
+    """
+    deadline = policy.deadline if policy.deadline is not None else 120.0
+    return {"connect_timeout": min(10.0, max(1.0, deadline / 8)), "read_timeout": min(60.0, max(2.0, deadline / 4)),
+            "retries": {"total_max_attempts": 1, "mode": "standard"}}
+
+
+def _with_limits(url: str, options: dict[str, Any], policy: RetryPolicy) -> dict[str, Any]:
+    if _protocol(url) not in _S3_PROTOCOLS:
+        return options
+    return {**options, "config_kwargs": {**client_limits(policy), **(options.get("config_kwargs") or {})}}
+
+
 def is_remote(url: str | os.PathLike[str]) -> bool:
     """True when `url` names a non-local fsspec location (``s3://``, ``gs://``, ``memory://``, ...).
 
@@ -58,15 +82,16 @@ def is_remote(url: str | os.PathLike[str]) -> bool:
 
 
 def filesystem(url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None,
-               ) -> tuple[fsspec.AbstractFileSystem, str]:
+               policy: RetryPolicy = DEFAULT_POLICY) -> tuple[fsspec.AbstractFileSystem, str]:
     """The fsspec filesystem for `url` and the path on it (protocol stripped, no trailing slash).
 
     `storage_options` go to the filesystem's constructor (for s3: key, secret, client_kwargs={"endpoint_url":
     ...}, anon, ...); fsspec caches filesystem instances per options, so calling this repeatedly is cheap.
+    For s3, the client's own retries are turned off and its timeouts fit `policy` (see `client_limits`).
     """
     url = os.fspath(url)
     try:
-        fs, path = fsspec.core.url_to_fs(url, **_copied(storage_options))
+        fs, path = fsspec.core.url_to_fs(url, **_with_limits(url, _copied(storage_options), policy))
     except ImportError as e:
         package, extra = _PACKAGES.get(_protocol(url) or "", (str(e), None))
         raise MissingDependencyError(package, extra, purpose=f"{_protocol(url)}:// URLs") from e
@@ -74,6 +99,8 @@ def filesystem(url: str | os.PathLike[str], storage_options: Mapping[str, Any] |
         raise ConfigError(f"{url}: cannot open this location with the given storage options: {e}") from e
     if not isinstance(fs, LocalFileSystem):
         path = path.rstrip("/") or path
+    if _protocol(url) in _S3_PROTOCOLS and isinstance(getattr(type(fs), "retries", None), int):
+        fs.retries = 1  # s3fs's own retry loop around each call (its sleeps and 5 tries): shardkit retries
     return fs, path
 
 
@@ -106,7 +133,8 @@ def protocols(urls: Iterable[str | os.PathLike[str]]) -> list[str]:
 
 @contextlib.contextmanager
 def storage_options_scope(urls: Iterable[str | os.PathLike[str]],
-                          storage_options: Mapping[str, Any] | None) -> Iterator[None]:
+                          storage_options: Mapping[str, Any] | None,
+                          policy: RetryPolicy = DEFAULT_POLICY) -> Iterator[None]:
     """Make `storage_options` the defaults of every filesystem fsspec creates for the protocols of `urls`.
 
     Code that opens plain URL strings (``fsspec.open(url)`` in the readers, listing) then reaches the
@@ -114,14 +142,15 @@ def storage_options_scope(urls: Iterable[str | os.PathLike[str]],
     merged over fsspec's own config (FSSPEC_<PROTOCOL>_* variables, config files) and restored on exit.
     This is process-wide state: concurrent scopes for the same protocol must agree.
     """
-    if not storage_options:
+    protos = [p for p in protocols(urls) if storage_options or p in _S3_PROTOCOLS]
+    if not protos:
         yield
         return
-    protos = protocols(urls)
     with _CONF_LOCK:
         saved = {p: _copied(fsspec.config.conf[p]) if p in fsspec.config.conf else None for p in protos}
         for p in protos:
-            fsspec.config.conf[p] = {**fsspec.config.conf.get(p, {}), **_copied(storage_options)}
+            merged = {**fsspec.config.conf.get(p, {}), **_copied(storage_options)}
+            fsspec.config.conf[p] = _with_limits(f"{p}://", merged, policy)
     try:
         yield
     finally:

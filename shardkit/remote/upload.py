@@ -107,7 +107,7 @@ def _invalidate(fs: fsspec.AbstractFileSystem, path: str) -> None:
 def list_remote(url: str, *, storage_options: Mapping[str, Any] | None = None,
                 policy: RetryPolicy = DEFAULT_POLICY) -> dict[str, dict[str, Any]]:
     """The entries directly under `url` (name -> fsspec info); empty when nothing is there yet."""
-    fs, root = filesystem(url, storage_options)
+    fs, root = filesystem(url, storage_options, policy)
 
     def ls() -> dict[str, dict[str, Any]]:
         _invalidate(fs, root)
@@ -128,7 +128,7 @@ def list_remote(url: str, *, storage_options: Mapping[str, Any] | None = None,
 def remove_remote(url: str, names: Iterable[str], *, storage_options: Mapping[str, Any] | None = None,
                   policy: RetryPolicy = DEFAULT_POLICY) -> list[str]:
     """Delete the objects `names` under `url` (missing ones are fine); returns the names asked for."""
-    fs, root = filesystem(url, storage_options)
+    fs, root = filesystem(url, storage_options, policy)
     done = []
     for name in names:
         rpath = f"{root}/{name}"
@@ -192,7 +192,7 @@ class _Uploader:
         self.local = local
         self.url = url
         self.config = config
-        self.fs, self.root = filesystem(url, config.storage_options)
+        self.fs, self.root = filesystem(url, config.storage_options, config.retry)
         self.ledger = ledger
         self.progress = progress
         self.total = total

@@ -7,7 +7,9 @@ one pattern are sorted by their full path.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -27,6 +29,7 @@ __all__ = [
     "input_format",
     "list_inputs",
     "list_inputs_with_report",
+    "local_file_problem",
 ]
 
 
@@ -108,6 +111,29 @@ def _readable(path: str) -> bool:
     return os.access(path, os.R_OK)
 
 
+def local_file_problem(path: str) -> str | None:
+    """Why a local input path cannot be read as a file (dangling or looping link, FIFO, device), else None.
+
+    Only regular files are inputs: opening a FIFO blocks until a writer appears, a device never ends.
+    """
+    try:
+        st = os.stat(path)
+    except PermissionError:
+        return None  # reported as permission denied by the caller
+    except OSError as e:
+        if os.path.islink(path):
+            if e.errno == errno.ELOOP:
+                return "a symbolic link loop (it resolves back to itself); fix or remove the link"
+            if e.errno == errno.ENOENT:
+                return (f"a dangling symbolic link (its target {os.readlink(path)!r} does not exist); fix or "
+                        "remove the link")
+        return f"cannot be examined ({e.strerror or e})"
+    if not stat.S_ISREG(st.st_mode):
+        return ("not a regular file (a FIFO, socket or device); inputs must be regular files: write the data "
+                "to a file first")
+    return None
+
+
 class _Lister:
     """Expands one pattern into its supported files (url -> size) and the files skipped for their extension."""
 
@@ -135,8 +161,11 @@ class _Lister:
                 raise InputError(url, "unsupported file extension; supported: " + ", ".join(SUPPORTED_EXTENSIONS))
             self.ignored.append(url)
             return
-        if self.local and not _readable(path):
-            raise self._denied(path)
+        if self.local:
+            if (problem := local_file_problem(path)) is not None:
+                raise InputError(url, problem)
+            if not _readable(path):
+                raise self._denied(path)
         self.found[url] = int(info.get("size") or 0)
 
     def walk(self, root: str) -> None:
@@ -163,6 +192,8 @@ class _Lister:
             raise InputError(self.pattern, f"cannot list this location: {e}") from e
 
     def _expand_path(self) -> None:
+        if self.local and os.path.islink(self.path) and (problem := local_file_problem(self.path)) is not None:
+            raise InputError(self.pattern, problem)
         try:
             info = self.fs.info(self.path)
         except FileNotFoundError:

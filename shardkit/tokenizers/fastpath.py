@@ -29,7 +29,8 @@ import tiktoken
 from tokenizers.models import BPE
 from tokenizers.normalizers import NFC
 
-from ..errors import TokenizerError
+from ..errors import TokenizerError, brief
+from ..format.dtypes import MAX_VOCAB_32
 from . import compiled_cache
 from .added_tokens import AddedTokenPlan, overlap
 from .base import TokenizerSpec, file_sha256
@@ -193,7 +194,20 @@ def read_json(path: str) -> dict[str, Any]:
         raise TokenizerError(f"{path}: not a readable tokenizer.json ({e}); check the file is complete") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("model"), dict):
         raise TokenizerError(f"{path}: not a Hugging Face tokenizer.json (no 'model' object)")
+    _check_ids(doc, path)
     return doc
+
+
+def _check_ids(doc: dict[str, Any], path: str) -> None:
+    """Every id of model.vocab and added_tokens is an integer the token format can store (< 2**31)."""
+    vocab = doc["model"].get("vocab")
+    pairs = list(vocab.items()) if isinstance(vocab, dict) else []
+    pairs += [(t.get("content"), t.get("id")) for t in doc.get("added_tokens") or [] if isinstance(t, dict)]
+    for token, tid in pairs:
+        if not isinstance(tid, int) or isinstance(tid, bool) or not 0 <= tid < MAX_VOCAB_32:
+            raise TokenizerError(f"{path}: token {brief(token)} has id {brief(tid)}; ids must be integers from 0 "
+                                 f"to {MAX_VOCAB_32 - 1:,} (the 32-bit token format): the file is damaged or "
+                                 "not a tokenizer.json")
 
 
 def compile_tiktoken(path: str) -> CompiledBPE:

@@ -68,11 +68,13 @@ def verify_dataset(
     progress: ProgressFn | None = None,
     decode_sample: int = 0,
     cache_dir: str | os.PathLike[str] | None = None,
+    tokenizer: str | None = None,
 ) -> VerifyReport:
     """Check a dataset directory; `quick` reads no `.bin`, `full` hashes every block, `deep` checks tokens.
 
     Compressed shards: `full` also decodes every frame and checks the uncompressed block digests;
     `deep` and `decode_sample` read their tokens through the decompression cache (`cache_dir`).
+    `tokenizer` decodes the sample (default: the recorded tokenizer, only if its file is inside the dataset).
     """
     try:
         mode = VerifyMode(mode)
@@ -114,7 +116,7 @@ def verify_dataset(
         report.notes.append(f"{len(extras)} file(s) not named by the manifest or any sidecar: "
                             f"{', '.join(extras[:8])}{' …' if len(extras) > 8 else ''}")
     if decode_sample:
-        _decode(p, m, states, report, decode_sample, cache_dir)
+        _decode(p, m, states, report, decode_sample, cache_dir, tokenizer)
     return _done(report, t0)
 
 
@@ -214,7 +216,7 @@ def _deep(directory: Path, m: Manifest, states: list[ShardState], report: Verify
     if skipped:
         report.notes.append(f"token checks skipped for {skipped} shard(s) whose index or .bin is damaged")
     tick.start("tokens", sum(st.entry.bin_bytes for st in ready), "bytes")
-    cache = DecompressCache(cache_dir)
+    cache = DecompressCache(cache_dir, fingerprint=m.fingerprint)
 
     def one(st: ShardState) -> tuple[list[Problem], int]:
         try:
@@ -236,8 +238,8 @@ def _deep(directory: Path, m: Manifest, states: list[ShardState], report: Verify
 
 
 def _decode(directory: Path, m: Manifest, states: list[ShardState], report: VerifyReport, n: int,
-            cache_dir: str | os.PathLike[str] | None) -> None:
-    tokenizer, notes = load_dataset_tokenizer(m.tokenizer)
+            cache_dir: str | os.PathLike[str] | None, given: str | None) -> None:
+    tokenizer, notes = load_dataset_tokenizer(m.tokenizer, directory, tokenizer=given)
     report.notes += notes
     if tokenizer is None:
         return

@@ -525,7 +525,7 @@ def test_jsonl_bomb_stops_at_the_line_limit(bombs, monkeypatch, name):
 
 
 def test_text_bomb_stops_at_the_document_limit(bombs, monkeypatch):
-    monkeypatch.setattr(text, "MAX_TEXT_BYTES", 32 << 20)  # the shipped 2 GiB, scaled down for CI
+    monkeypatch.setattr(text, "MAX_TEXT_BYTES", 32 << 20)  # the shipped 64 MiB, scaled down for CI
     with bounded(seconds=30, peak_bytes=900 << 20), pytest.raises(ReaderError, match="is refused"):
         _read(bombs / "bomb.txt.zst")
 

@@ -55,8 +55,11 @@ def test_storage_options_scope_sets_and_restores_fsspec_defaults():
         assert fsspec.config.conf["s3"]["client_kwargs"]["endpoint_url"] == "http://h:1"
         assert "file" not in fsspec.config.conf
     assert "s3" not in fsspec.config.conf
-    with storage_options_scope(["s3://b/x"], None):
-        assert "s3" not in fsspec.config.conf
+    with storage_options_scope(["s3://b/x"], None):  # only the client limits (see test_remote_deadlines)
+        assert set(fsspec.config.conf["s3"]) == {"config_kwargs"}
+    assert "s3" not in fsspec.config.conf
+    with storage_options_scope(["gs://b/x"], None):
+        assert "gs" not in fsspec.config.conf
 
 
 @pytest.mark.parametrize(("exc", "transient"), [

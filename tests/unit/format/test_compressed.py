@@ -15,6 +15,7 @@ from shardkit.errors import ConfigError, IntegrityError, ManifestError
 from shardkit.format import MANIFEST_NAME, Manifest, open_dataset
 from shardkit.format.checksums import file_block_digests
 from shardkit.format.compressed import (
+    CACHE_FORMAT,
     DecompressCache,
     FrameRanges,
     RangeFile,
@@ -146,6 +147,11 @@ def test_open_checks_the_zst_size_and_presence(pair):
 
 # -- the decompressed view --------------------------------------------------------------------------
 
+def _entry_dir(cache, dataset):
+    """Where a dataset's decompressed shards are cached: under the cache format and the fingerprint."""
+    return cache / f"v{CACHE_FORMAT}" / open_dataset(dataset).fingerprint[:32]
+
+
 def test_tokens_identical_to_plain_and_cached_once(pair, tmp_path, monkeypatch):
     plain_dir, zst_dir, *_ = pair
     cache = tmp_path / "cache"
@@ -153,10 +159,11 @@ def test_tokens_identical_to_plain_and_cached_once(pair, tmp_path, monkeypatch):
     np.testing.assert_array_equal(a.read_tokens(0, a.num_tokens), b.read_tokens(0, b.num_tokens))
     for i in range(a.num_docs):
         np.testing.assert_array_equal(a.doc(i), b.doc(i))
-    entries = sorted(p.name for p in (cache / "v1").iterdir() if p.suffix == ".bin")
+    where = _entry_dir(cache, zst_dir)
+    entries = sorted(p.name for p in where.iterdir() if p.suffix == ".bin")
     assert len(entries) == b.num_shards
-    assert all(s.bin_path.parent == cache / "v1" for s in b.shards)
-    assert not any(p.name.endswith(".tmp") for p in (cache / "v1").iterdir())
+    assert all(s.bin_path.parent == where for s in b.shards)
+    assert not any(p.name.endswith(".tmp") for p in where.iterdir())
     # a second open maps the cached copies: nothing is decompressed again
     import shardkit.format.compressed as compressed
     monkeypatch.setattr(compressed, "decompress_shard", lambda *a, **k: pytest.fail("decompressed twice"))
@@ -200,7 +207,7 @@ def test_corrupt_frame_fails_loudly_and_leaves_no_cache_entry(pair, tmp_path):
         _ = ds.shards[2].tokens
     assert "frame 3" in str(ei.value) and e.zst_name in str(ei.value)
     assert ei.value.byte_range == (3000, 4000)  # the uncompressed bytes the frame held
-    leftovers = [p.name for p in (tmp_path / "cache" / "v1").iterdir()]
+    leftovers = [p.name for p in _entry_dir(tmp_path / "cache", zst_dir).iterdir()]
     assert not any(e.sum_digest in n and n.endswith(".bin") for n in leftovers)
     assert not any(n.endswith(".tmp") for n in leftovers)
 
@@ -237,7 +244,7 @@ def test_concurrent_processes_share_one_decompression(pair, tmp_path):
     outs = {p.communicate()[0].strip() for p in procs}
     assert all(p.returncode == 0 for p in procs)
     assert len(outs) == 1
-    assert len([p for p in (cache / "v1").iterdir() if p.suffix == ".bin"]) == len(comp.shards)
+    assert len([p for p in _entry_dir(cache, zst_dir).iterdir() if p.suffix == ".bin"]) == len(comp.shards)
 
 
 # -- byte ranges (for the remote block cache) --------------------------------------------------------

@@ -27,21 +27,37 @@ def gpt2_ds(tmp_path_factory):
     return root / "ds", tok_file, spec
 
 
-def test_deep_decodes_a_sample_through_the_recorded_tokenizer(gpt2_ds):
-    ds, _, _ = gpt2_ds
-    r = verify_dataset(ds, mode="deep", decode_sample=3)
+def test_deep_decodes_a_sample_through_the_given_tokenizer(gpt2_ds):
+    ds, tok_file, _ = gpt2_ds
+    r = verify_dataset(ds, mode="deep", decode_sample=3, tokenizer=f"hf:{tok_file}")
     assert r.ok, r.to_json()
     assert [s["text"] for s in r.samples] == [t + "<|endoftext|>" for t in TEXTS]
     assert all(s["replacement_chars"] == 0 for s in r.samples)
 
 
+def test_the_recorded_path_outside_the_dataset_is_not_opened_but_named(gpt2_ds):
+    ds, tok_file, _ = gpt2_ds
+    r = verify_dataset(ds, mode="quick", decode_sample=3)
+    assert r.ok and not r.samples
+    assert any("outside the dataset" in n and f"--tokenizer {tok_file}" in n for n in r.notes), r.notes
+
+
+def test_a_copy_inside_the_dataset_is_used(gpt2_ds, tmp_path):
+    ds, tok_file, _ = gpt2_ds
+    copy = tmp_path / "ds"
+    shutil.copytree(ds, copy)
+    shutil.copy(tok_file, copy / "tokenizer.json")
+    r = verify_dataset(copy, mode="quick", decode_sample=3)
+    assert [s["text"] for s in r.samples] == [t + "<|endoftext|>" for t in TEXTS]
+
+
 def test_missing_or_changed_tokenizer_file_is_a_note(gpt2_ds, tmp_path):
-    _, tok_file, spec = gpt2_ds
-    tok, notes = load_dataset_tokenizer({**spec, "path": str(tmp_path / "gone.json")})
-    assert tok is None and "not available here" in notes[0]
-    tok, notes = load_dataset_tokenizer({**spec, "sha256": "0" * 64})
+    ds, tok_file, spec = gpt2_ds
+    tok, notes = load_dataset_tokenizer({**spec, "path": str(tmp_path / "gone.json")}, tmp_path / "nowhere")
+    assert tok is None and "outside the dataset" in notes[0]
+    tok, notes = load_dataset_tokenizer({**spec, "sha256": "0" * 64}, ds, tokenizer=f"hf:{tok_file}")
     assert tok is not None and "differs from the one used to pack" in notes[0]
-    tok, notes = load_dataset_tokenizer({"kind": "mystery", "path": "x"})
+    tok, notes = load_dataset_tokenizer({"kind": "mystery", "path": "x"}, ds)
     assert tok is None and "cannot be loaded" in notes[0]
 
 
