@@ -137,12 +137,11 @@ def plan_pack(config: PackConfig) -> PackPlan:
                      "(compressed inputs hold more)")
     dtype = token_dtype_for_vocab(tok.spec.vocab_size)
     est_tokens = round(rate * total)
-    limits = config.limits
-    if limits.max_tokens:
-        shards = math.ceil(est_tokens / limits.max_tokens)
-    else:
-        shards = math.ceil(est_tokens * dtype.itemsize / limits.max_bytes)
-    shards = max(1, shards)
+    # a shard rolls over before a document that does not fit: it holds whole documents of the average size
+    capacity = config.limits.capacity_tokens(dtype.itemsize)
+    avg_doc = tokens / docs if docs else 1.0
+    per_shard = max(1, math.floor(capacity / avg_doc)) * avg_doc if avg_doc < capacity else avg_doc
+    shards = max(1, math.ceil(est_tokens / per_shard))
     prefix = config.task.shard_prefix if config.task is not None else "shard"
     ext = ".bin.zst" if config.compression.enabled else ".bin"
     names = [f"{prefix}-{i:05d}{ext} .idx .sum.json" for i in range(shards)]
