@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +16,11 @@ except ImportError:  # Python 3.10: TOML config files need tomli
     tomllib = None  # type: ignore[assignment]
 
 from shardkit.errors import ConfigError
+from shardkit.remote import is_remote
 from shardkit.units import parse_bytes
 
-__all__ = ["ByteSize", "json_option", "load_pack_config", "parse_storage_options", "read_config_file",
-           "storage_option_flag"]
+__all__ = ["ByteSize", "check_dataset_arg", "json_option", "load_pack_config", "parse_storage_options",
+           "read_config_file", "remote_dataset_options", "storage_option_flag"]
 
 
 class ByteSize(click.ParamType):
@@ -144,3 +146,34 @@ def read_config_file(path: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold one mapping of option names to values, got {type(data).__name__}")
     return data
+
+
+_REMOTE_OPTIONS = [
+    click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+                 help="Remote DATASET: the cache directory [default: $SHARDKIT_REMOTE_CACHE_DIR, else "
+                      "~/.cache/shardkit/remote]."),
+    click.option("--cache-limit", type=ByteSize(), default=None,
+                 help="Remote DATASET: the cache's size limit, e.g. 20GiB [default: $SHARDKIT_REMOTE_CACHE_LIMIT, "
+                      "else 16GiB]."),
+    storage_option_flag,
+]
+
+
+def remote_dataset_options(f):
+    """--cache-dir, --cache-limit and --storage-option, as `stream` has them, for a DATASET that may be a URL."""
+    for option in reversed(_REMOTE_OPTIONS):
+        f = option(f)
+    return f
+
+
+def check_dataset_arg(dataset: str, cache_dir: Any, cache_limit: Any, storage_options: Any) -> bool:
+    """True when DATASET is a remote URL; a usage error for a missing directory or a cache flag on a local one."""
+    remote = is_remote(dataset)
+    if not remote and not os.path.isdir(dataset.removeprefix("file://")):
+        raise click.BadParameter(f"{dataset!r} is not a directory (nor a remote URL such as s3://bucket/ds)",
+                                 param_hint="DATASET")
+    flags = [f for f, v in (("--cache-dir", cache_dir), ("--cache-limit", cache_limit),
+                            ("--storage-option", storage_options)) if v is not None]
+    if flags and not remote:
+        raise click.UsageError(f"{flags[0]} applies to a remote DATASET URL only")
+    return remote
