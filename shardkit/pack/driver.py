@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import logging
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -47,6 +48,8 @@ from .worker import WorkerSetup, encode_chunk, init_worker
 __all__ = ["PackProgress", "PackResult", "pack"]
 
 MAX_DOC_TOKENS = MAX_SEQUENCE_TOKENS  # the .idx stores lengths as int32
+
+log = logging.getLogger("shardkit.pack")
 
 
 @dataclass(frozen=True)
@@ -155,6 +158,8 @@ class _Run:
         entry = self.writer.close_shard()
         if entry is None:
             return
+        log.debug("shard %s: %d docs, %d tokens; next input position file %d record %d", entry.name,
+                  entry.num_docs, entry.num_tokens, next_file, next_record)
         self.entries.append(entry)
         self.journal.append(JournalEntry(entry, next_file, next_record, self.stats.to_json(internal=True)))
 
@@ -265,6 +270,8 @@ def _pack_local(config: PackConfig, *, progress: Callable[[PackProgress], None] 
         if config.tokenize.prepend_bos and bos is None:
             raise PackError(f"tokenizer {spec.name} has no beginning-of-text token; drop --bos")
         job, job_id = _job(config, files, spec_json, task_meta)
+        log.info("packing %d input file(s), %d bytes, into %s with tokenizer %s (backend %s)", len(files),
+                 sum(f.size for f in files), out, spec.name, spec.backend)
 
         kept: list[JournalEntry] = []
         if previous is not None:
@@ -274,6 +281,8 @@ def _pack_local(config: PackConfig, *, progress: Callable[[PackProgress], None] 
                                   f"{out} holds an unfinished pack of a different job; re-run the original "
                                   "command to finish it, or pass --overwrite to start over")
             kept = _surviving(out, entries)
+            log.info("resuming an unfinished pack of the same job: %d of %d journaled shard(s) intact", len(kept),
+                     len(entries))
         keep_names = {n for e in kept for n in (e.shard.data_name, e.shard.idx_name, e.shard.sum_name,
                                                 f"{e.shard.name}.ids.jsonl")}
         remove_shardkit_files(out, keep=keep_names | {JOURNAL_NAME})
@@ -352,8 +361,13 @@ def _pack_local(config: PackConfig, *, progress: Callable[[PackProgress], None] 
                             f"{stats.skipped} record(s) skipped "
                             f"({', '.join(f'{k}: {v}' for k, v in stats.skipped_by_reason.items()) or 'none'})"
                             + (f"; the first problem of each file:{''.join(firsts)}" if firsts else ""))
+        if note:
+            log.warning("tokenizer: %s", note)
         try:
-            check_skip_budget(stats, files, config.max_skip_fraction, config.reader.encoding_errors)
+            usage = check_skip_budget(stats, files, config.max_skip_fraction, config.reader.encoding_errors)
+            if usage.counted:
+                log.info("skip budget: %.3f%% of records, about %.3f%% of input bytes skipped (limit %g)",
+                         100 * usage.record_fraction, 100 * usage.byte_fraction, config.max_skip_fraction)
         except PackError:
             journal.close()  # kept: the same command with a larger --max-skip-fraction finishes at once
             raise
