@@ -5,8 +5,9 @@ import logging
 import os
 import subprocess
 
-from shardkit.pack import PackConfig, TokenizeOptions, pack
 from support.cli import shardkit_cmd
+
+from shardkit.pack import PackConfig, TokenizeOptions, pack
 
 
 def _pack(tmp_path, *flags, out="o"):
