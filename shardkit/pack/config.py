@@ -100,6 +100,6 @@ class PackConfig:
             "shard_max_tokens": self.limits.max_tokens,
             "checksum_block_size": self.limits.checksum_block_size,
             "on_error": self.on_error.value,
-            # only when enabled: a plain pack's options (and fingerprint) are what they were before compression
+            # only when enabled: a plain pack's options (and fingerprint) do not mention compression at all
             **({"compression": self.compression.to_json()} if self.compression.enabled else {}),
         }
