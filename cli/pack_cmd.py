@@ -81,7 +81,8 @@ def pack_cmd(inputs, output, tokenizer, tokenizer_backend, workers, shard_size, 
              compression_level, frame_size, text_field, id_field, encoding_errors, eos, bos, on_error,
              max_skip_fraction, resume, overwrite, dry_run, quiet, as_json, storage_options, staging_dir,
              upload_verify, **scale_out):
-    """Tokenize INPUTS (files, directories, globs or URLs of JSONL/Parquet/text) into a dataset at OUTPUT."""
+    """Tokenize INPUTS (files, directories, globs or URLs of JSONL/Parquet/text/Arrow, or Hugging Face
+    save_to_disk directories) into a dataset at OUTPUT."""
     if tokenizer is None:
         raise click.UsageError("--tokenizer is required: a tokenizer.json path, a Hugging Face name cached "
                                "locally (e.g. gpt2), tiktoken:FILE, a SentencePiece .model - or "
