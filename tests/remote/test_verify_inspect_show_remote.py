@@ -90,3 +90,21 @@ def test_remote_errors_are_clear(s3, local, tmp_path):
     assert r.exit_code == 2 and "applies to a remote DATASET URL only" in r.output
     r = _run("show", tmp_path / "missing", 0)
     assert r.exit_code == 2 and "is not a directory" in r.output
+
+
+def test_dry_run_of_s3_inputs_from_a_config_file(s3, tmp_path):
+    client = s3.server.client()
+    for k in range(3):
+        body = "".join(json.dumps({"content": f"doc {k}-{i} " * 30}) + "\n" for i in range(50))
+        client.put_object(Bucket=s3.bucket, Key=f"in/part-{k}.jsonl", Body=body.encode())
+    cfg = tmp_path / "pack.yaml"
+    cfg.write_text(f"inputs: ['{s3.url('in')}/*.jsonl']\noutput: {tmp_path / 'out'}\ntokenizer: bytes\n"
+                   f"text-field: content\nstorage_options:\n  client_kwargs: {{endpoint_url: '{s3.endpoint_url}'}}\n")
+    r = _run("pack", "--config", cfg, "--dry-run", "--json")
+    assert r.exit_code == 0, r.output
+    plan = json.loads(r.output)
+    assert [f["url"].rsplit("/", 1)[1] for f in plan["inputs"]] == ["part-0.jsonl", "part-1.jsonl", "part-2.jsonl"]
+    assert plan["sample_docs"] == 150 and not (tmp_path / "out").exists()
+    r = _run("pack", "--config", cfg, "-q")
+    assert r.exit_code == 0, r.output
+    assert f"{plan['estimated_docs']} docs" in r.output.replace(",", "")
