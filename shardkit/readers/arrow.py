@@ -50,6 +50,22 @@ def _open(url: str, stack: ExitStack) -> Any:
     return (reader.get_batch(i) for i in range(reader.num_record_batches)), reader.schema
 
 
+def _validate(batch: pa.RecordBatch) -> None:
+    """Check every offset and length of a batch before reading it: the IPC reader trusts the file, and a
+    damaged offset makes pyarrow build strings of negative size. Invalid UTF-8 is not damage here (the
+    readers decide it per row), so string columns failing only that are checked again as bytes."""
+    try:
+        batch.validate(full=True)
+    except pa.ArrowInvalid as e:
+        if "utf" not in str(e).lower():
+            raise
+        for col in batch.columns:
+            t = col.type
+            as_bytes = (col.view(pa.binary()) if pa.types.is_string(t) else
+                        col.view(pa.large_binary()) if pa.types.is_large_string(t) else col)
+            as_bytes.validate(full=True)
+
+
 def read_arrow(file: InputFile, config: ReaderConfig, start: int = 0) -> Iterator[Record]:
     """Records of an Arrow IPC file from row `start` on; null or non-text values become record errors."""
     url = file.url
@@ -76,6 +92,7 @@ def read_arrow(file: InputFile, config: ReaderConfig, start: int = 0) -> Iterato
                 if offset >= batch.num_rows:
                     row += batch.num_rows
                     continue
+                _validate(batch)
                 if offset:
                     batch = batch.slice(offset)
                     row += offset

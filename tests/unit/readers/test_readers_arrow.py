@@ -68,3 +68,40 @@ def test_pack_cli_packs_a_saved_dataset(hf_dir, tmp_path):
     assert bytes(ds.doc(5)[:-1].astype("uint8")).decode() == TEXTS[5]
     ids = (tmp_path / "out" / "shard-00000.ids.jsonl").read_text().splitlines()
     assert json.loads(ids[5]) == "5"
+
+
+def test_truncated_or_damaged_arrow_is_a_reader_error_never_a_crash(hf_dir, tmp_path):
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    good = (hf_dir / "data-00000-of-00002.arrow").read_bytes()
+    path = tmp_path / "x.arrow"
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.integers(0, len(good)), st.lists(st.tuples(st.integers(0, len(good) - 1), st.integers(0, 255)),
+                                               max_size=3))
+    def check(cut, flips):
+        raw = bytearray(good[:cut])
+        for at, value in flips:
+            if at < len(raw):
+                raw[at] = value
+        path.write_bytes(bytes(raw))
+        try:
+            recs = list(read_records(list_inputs([str(path)])[0], ReaderConfig()))
+        except ReaderError:
+            return
+        assert all(r.text is None or isinstance(r.text, str) for r in recs)
+
+    check()
+
+
+def test_invalid_utf8_in_a_string_column_is_per_row(tmp_path):
+    col = pa.array([b"good", b"bad \xff byte", b"fine"], type=pa.binary()).view(pa.string())  # not validated
+    path = tmp_path / "u.arrow"
+    with ipc.new_stream(str(path), pa.schema([("text", pa.string())])) as w:
+        w.write_batch(pa.record_batch([col], names=["text"]))
+    f = list_inputs([str(path)])[0]
+    strict = list(read_records(f, ReaderConfig()))
+    assert [r.text for r in strict] == ["good", None, "fine"]
+    assert strict[1].error.startswith("invalid UTF-8 at byte 4 of field 'text'")
+    assert [r.text for r in read_records(f, ReaderConfig(encoding_errors="replace"))][1] == "bad \ufffd byte"
