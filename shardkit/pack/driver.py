@@ -362,7 +362,7 @@ def _pack_local(config: PackConfig, *, progress: Callable[[PackProgress], None] 
                             f"({', '.join(f'{k}: {v}' for k, v in stats.skipped_by_reason.items()) or 'none'})"
                             + (f"; the first problem of each file:{''.join(firsts)}" if firsts else ""))
         if note:
-            log.warning("tokenizer: %s", note)
+            log.info("tokenizer: %s", note)  # (also in the result and the CLI summary)
         try:
             usage = check_skip_budget(stats, files, config.max_skip_fraction, config.reader.encoding_errors)
             if usage.counted:
