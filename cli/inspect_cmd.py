@@ -9,7 +9,7 @@ import click
 from shardkit.inspect import DatasetSummary, bin_label, inspect_dataset, plot_summary, show_document
 from shardkit.units import human_bytes, human_count
 
-from .options import json_option
+from .options import check_dataset_arg, json_option, remote_dataset_options
 
 __all__ = ["inspect_cmd", "render_summary", "show_cmd"]
 
@@ -17,13 +17,19 @@ BAR_WIDTH = 40
 
 
 @click.command("inspect")
-@click.argument("dataset", type=click.Path(exists=True, file_okay=False))
+@click.argument("dataset")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True), default=None,
               metavar="FILE.png", help="Also draw the length histogram and tokens per shard (needs shardkit[plot]).")
+@remote_dataset_options
 @json_option
-def inspect_cmd(dataset, plot_path, as_json):
-    """Summarise DATASET: tokenizer, dtype, sizes, sources, document-length percentiles and histogram."""
-    summary = inspect_dataset(dataset)
+def inspect_cmd(dataset, plot_path, cache_dir, cache_limit, storage_options, as_json):
+    """Summarise DATASET: tokenizer, dtype, sizes, sources, document-length percentiles and histogram.
+
+    DATASET is a directory or a URL (s3://, gs://, ...): then only the manifest and indexes are fetched.
+    """
+    check_dataset_arg(dataset, cache_dir, cache_limit, storage_options)
+    summary = inspect_dataset(dataset.removeprefix("file://"), cache_dir=cache_dir, cache_limit=cache_limit,
+                              storage_options=storage_options)
     if plot_path:
         plot_summary(summary, plot_path)
     if as_json:
@@ -115,17 +121,24 @@ def histogram_lines(counts: list[int], empty: int = 0) -> list[str]:
 
 
 @click.command("show")
-@click.argument("dataset", type=click.Path(exists=True, file_okay=False))
+@click.argument("dataset")
 @click.argument("doc", type=click.IntRange(min=0))
 @click.option("--max-tokens", type=click.IntRange(min=0), default=4096, show_default=True,
               help="Print at most this many tokens (0: all).")
 @click.option("--no-text", is_flag=True, help="Print ids only; do not load the tokenizer.")
 @click.option("--tokenizer", default=None, metavar="SPEC",
               help="Tokenizer to decode with (default: the recorded one, only if its file is in the dataset).")
+@remote_dataset_options
 @json_option
-def show_cmd(dataset, doc, max_tokens, no_text, tokenizer, as_json):
-    """Print document DOC of DATASET (0-based, over all shards): its token ids and decoded text."""
-    v = show_document(dataset, doc, max_tokens=max_tokens or None, decode=not no_text, tokenizer=tokenizer)
+def show_cmd(dataset, doc, max_tokens, no_text, tokenizer, cache_dir, cache_limit, storage_options, as_json):
+    """Print document DOC of DATASET (0-based, over all shards): its token ids and decoded text.
+
+    DATASET is a directory or a URL (s3://, gs://, ...): then only the shard holding DOC is fetched.
+    """
+    check_dataset_arg(dataset, cache_dir, cache_limit, storage_options)
+    v = show_document(dataset.removeprefix("file://"), doc, max_tokens=max_tokens or None, decode=not no_text,
+                      tokenizer=tokenizer, cache_dir=cache_dir, cache_limit=cache_limit,
+                      storage_options=storage_options)
     if as_json:
         click.echo(json.dumps(v.to_json(), indent=2, ensure_ascii=False))
         return

@@ -48,7 +48,8 @@ def _ramp(ctx, param, value):
 @click.option("--ramp", callback=_ramp, default=None, help="Megatron-style ramp START,INCREMENT,RAMP_SAMPLES,FINAL.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--shuffle", type=click.Choice(["none", "block", "full"]), default="block", show_default=True)
-@click.option("--steps", type=click.IntRange(min=1), default=200, show_default=True, help="Items to deliver.")
+@click.option("--steps", type=click.IntRange(min=1), default=200, show_default=True,
+              help="Batches to deliver (this rank's part of each global batch).")
 @click.option("--start-step", type=click.IntRange(min=0), default=0, help="Begin at this global batch (resume).")
 @click.option("--rank", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--world-size", type=click.IntRange(min=1), default=1, show_default=True)

@@ -7,16 +7,23 @@ import json
 import click
 
 from shardkit.units import human_bytes
-from shardkit.verify import Verdict, VerifyMode, VerifyProgress, VerifyReport, verify_dataset
+from shardkit.verify import (
+    Verdict,
+    VerifyMode,
+    VerifyProgress,
+    VerifyReport,
+    verify_dataset,
+    verify_remote_dataset,
+)
 
-from .options import json_option
+from .options import check_dataset_arg, json_option, remote_dataset_options
 from .progress import StatusLine, format_duration
 
 __all__ = ["render_report", "verify_cmd", "verify_status"]
 
 
 @click.command("verify")
-@click.argument("dataset", type=click.Path(exists=True, file_okay=False))
+@click.argument("dataset")
 @click.option("--quick", is_flag=True,
               help="Structure only: manifest, files, sizes, sidecars, indexes (never reads a .bin; seconds).")
 @click.option("--deep", is_flag=True,
@@ -28,19 +35,31 @@ __all__ = ["render_report", "verify_cmd", "verify_status"]
 @click.option("--tokenizer", default=None, metavar="SPEC",
               help="Tokenizer for --decode-sample (default: the recorded one, only if its file is in the dataset).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress line.")
+@remote_dataset_options
 @json_option
-def verify_cmd(dataset, quick, deep, jobs, decode_sample, tokenizer, quiet, as_json):
+def verify_cmd(dataset, quick, deep, jobs, decode_sample, tokenizer, quiet, cache_dir, cache_limit, storage_options,
+               as_json):
     """Verify DATASET: manifest, shard files, indexes and every block checksum.
+
+    DATASET is a directory or a URL (s3://, gs://, ...); a remote dataset is downloaded into a temporary
+    directory under --cache-dir (at most --cache-limit) and checked there.
 
     Exit status: 0 clean; 1 problems found, or an unfinished pack (journal, no manifest); 2 usage error.
     """
+    remote = check_dataset_arg(dataset, cache_dir, cache_limit, storage_options)
     if quick and deep:
         raise click.UsageError("--quick and --deep exclude each other")
     mode = VerifyMode.QUICK if quick else VerifyMode.DEEP if deep else VerifyMode.FULL
     status = StatusLine(enabled=not quiet and not as_json)
     try:
-        report = verify_dataset(dataset, mode=mode, jobs=jobs, decode_sample=decode_sample, tokenizer=tokenizer,
-                                progress=lambda p: status.update(verify_status(p)))
+        kwargs = dict(mode=mode, jobs=jobs, decode_sample=decode_sample, tokenizer=tokenizer,
+                      progress=lambda p: status.update(verify_status(p)))
+        if remote:
+            status.update(f"downloading {dataset}")
+            report = verify_remote_dataset(dataset, cache_dir=cache_dir, cache_limit=cache_limit,
+                                           storage_options=storage_options, **kwargs)
+        else:
+            report = verify_dataset(dataset.removeprefix("file://"), **kwargs)
     finally:
         status.close()
     if as_json:

@@ -80,7 +80,7 @@ def main() -> None:
         src.mkdir()
         (src / "a.jsonl").write_bytes(_jsonl())
         out = Path(tmp) / "ds"
-        pack(PackConfig(inputs=(str(src),), output=str(out), workers=1,
+        pack(PackConfig(inputs=(str(src),), output=str(out), workers=1, max_skip_fraction=1.0,  # bad lines on purpose
                         limits=ShardLimits(max_bytes=None, max_tokens=160, checksum_block_size=4096)))
         for f in sorted(out.iterdir()):
             if f.suffix == ".idx":

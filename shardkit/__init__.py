@@ -1,6 +1,11 @@
 """shardkit: pack text corpora into large indexed token shards; stream deterministic, resumable batches."""
 
+import logging
+
 __version__ = "0.1.0"
+
+# library messages go to the "shardkit" logger tree; the application (or the CLI: -v / -q) decides where
+logging.getLogger("shardkit").addHandler(logging.NullHandler())
 
 from .engine import BatchFields  # noqa: E402
 from .errors import (  # noqa: E402

@@ -13,12 +13,15 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from .errors import ConfigError, MissingDependencyError
 from .format.dataset import Dataset, Shard, open_dataset
+from .format.manifest import MANIFEST_NAME, Manifest
+from .remote.fs import is_remote
+from .remote.local_copy import remote_copy
 from .verify.decode import load_dataset_tokenizer
 
 __all__ = [
@@ -134,9 +137,29 @@ def _disk_bytes(ds: Dataset) -> int:
     return total
 
 
-def inspect_dataset(path: str | os.PathLike[str]) -> DatasetSummary:
-    """Summarise a dataset; reads the manifest and every `.idx` (never a `.bin`)."""
+def _stored_names(m: Manifest) -> list[str]:
+    return [MANIFEST_NAME] + [n for s in m.shards for n in (s.data_name, s.idx_name, s.sum_name, f"{s.name}.ids.jsonl")]
+
+
+def inspect_dataset(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None,
+                    cache_limit: int | str | None = None, storage_options: dict[str, Any] | None = None
+                    ) -> DatasetSummary:
+    """Summarise a dataset; reads the manifest and every `.idx` (never a `.bin`).
+
+    A remote URL (s3://, gs://, ...): the manifest and indexes are fetched into a temporary directory under
+    `cache_dir` (see remote/local_copy.py); sizes on disk are the remote files' sizes.
+    """
+    if is_remote(path):
+        with remote_copy(os.fspath(path), lambda m, _sizes: [s.idx_name for s in m.shards], cache_dir=cache_dir,
+                         cache_limit=cache_limit, storage_options=storage_options) as copy:
+            m = cast(Manifest, copy.manifest)  # parsed: a selection was given
+            disk = sum(copy.remote_sizes.get(n, 0) for n in _stored_names(m))
+            return _summary(Dataset(copy.path, m), os.fspath(path), disk)
     ds = open_dataset(path)
+    return _summary(ds, str(ds.path), _disk_bytes(ds))
+
+
+def _summary(ds: Dataset, path: str, disk_bytes: int) -> DatasetSummary:
     m = ds.manifest
     acc = LengthAccumulator()
     for entry in m.shards:
@@ -152,9 +175,9 @@ def inspect_dataset(path: str | os.PathLike[str]) -> DatasetSummary:
                             "share": tokens / ds.num_tokens if ds.num_tokens else 0.0})
     skipped = m.stats.get("skipped")
     return DatasetSummary(
-        path=str(ds.path), fingerprint=m.fingerprint, tokenizer=m.tokenizer, dtype=m.dtype, shards=ds.num_shards,
+        path=path, fingerprint=m.fingerprint, tokenizer=m.tokenizer, dtype=m.dtype, shards=ds.num_shards,
         docs=ds.num_docs, tokens=ds.num_tokens, bin_bytes=sum(e.bin_bytes for e in m.shards),
-        disk_bytes=_disk_bytes(ds), eos_appended=m.eos_appended, bos_prepended=m.bos_prepended,
+        disk_bytes=disk_bytes, eos_appended=m.eos_appended, bos_prepended=m.bos_prepended,
         lengths=acc.stats(), histogram=acc.histogram.tolist(), empty_docs=acc.empty,
         tokens_per_shard=[e.num_tokens for e in m.shards], sources=sources,
         skipped=_count(skipped.get("count")) if isinstance(skipped, dict) else 0, created=dict(m.created),
@@ -195,12 +218,31 @@ class DocumentView:
 
 
 def show_document(path: str | os.PathLike[str], doc: int, *, max_tokens: int | None = None,
-                  decode: bool = True, tokenizer: str | None = None) -> DocumentView:
+                  decode: bool = True, tokenizer: str | None = None, cache_dir: str | os.PathLike[str] | None = None,
+                  cache_limit: int | str | None = None, storage_options: dict[str, Any] | None = None
+                  ) -> DocumentView:
     """Document `doc` (0-based over the whole dataset): its ids and, if the tokenizer loads, its text.
 
-    `tokenizer` decodes it (default: the recorded tokenizer, only if its file is inside the dataset).
+    `tokenizer` decodes it (default: the recorded tokenizer, only if its file is inside the dataset). A remote
+    URL: the manifest and the one shard holding the document are fetched into a temporary directory under
+    `cache_dir` (see remote/local_copy.py).
     """
-    ds = open_dataset(path)
+    if is_remote(path):
+        def one_shard(m: Manifest, _sizes: dict[str, int]) -> list[str]:
+            first = 0
+            for s in m.shards:
+                if doc < first + s.num_docs:
+                    return [s.idx_name, s.data_name, s.sum_name, f"{s.name}.ids.jsonl"]
+                first += s.num_docs
+            return []  # out of range: the check below says so
+
+        with remote_copy(os.fspath(path), one_shard, cache_dir=cache_dir, cache_limit=cache_limit,
+                         storage_options=storage_options) as copy:
+            return _show(Dataset(copy.path, cast(Manifest, copy.manifest)), doc, max_tokens, decode, tokenizer)
+    return _show(open_dataset(path), doc, max_tokens, decode, tokenizer)
+
+
+def _show(ds: Dataset, doc: int, max_tokens: int | None, decode: bool, tokenizer: str | None) -> DocumentView:
     if not 0 <= doc < ds.num_docs:
         raise ConfigError(f"document {doc} is out of range: the dataset has {ds.num_docs:,} documents "
                           f"(0 … {ds.num_docs - 1:,})")

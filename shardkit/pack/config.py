@@ -13,6 +13,7 @@ from ..readers import ReaderConfig
 from ..remote.retry import RetryPolicy
 from ..remote.upload import UploadVerify
 from ..writer import CompressionConfig, ShardLimits
+from .budget import DEFAULT_MAX_SKIP_FRACTION
 from .tasks import TaskSpec
 
 __all__ = ["OnError", "ResumeMode", "TokenizeOptions", "PackConfig"]
@@ -54,6 +55,9 @@ class PackConfig:
     limits: ShardLimits = field(default_factory=ShardLimits)
     compression: CompressionConfig = field(default_factory=CompressionConfig)  # default: plain NAME.bin
     on_error: OnError = OnError.SKIP
+    # the skip budget (budget.py): past this share of skipped records or input bytes the pack is not
+    # finalised. Not part of the job: re-running with a larger budget finishes the same pack at once.
+    max_skip_fraction: float = DEFAULT_MAX_SKIP_FRACTION
     workers: int = 0  # 0: one per core
     overwrite: bool = False
     resume: ResumeMode = ResumeMode.AUTO
@@ -74,6 +78,9 @@ class PackConfig:
             raise ConfigError("checksum block size must be at least 4 KiB")
         if self.storage_options is not None and not isinstance(self.storage_options, Mapping):
             raise ConfigError(f"storage_options must be a dict of fsspec options, got {type(self.storage_options).__name__}")
+        if isinstance(self.max_skip_fraction, bool) or not 0.0 <= self.max_skip_fraction <= 1.0:
+            raise ConfigError(f"max_skip_fraction must be a number from 0 to 1 (0.005 = 5 per mille), got "
+                              f"{self.max_skip_fraction!r}")
         if self.upload_parallel < 1:
             raise ConfigError(f"upload_parallel must be >= 1, got {self.upload_parallel}")
 
@@ -93,6 +100,6 @@ class PackConfig:
             "shard_max_tokens": self.limits.max_tokens,
             "checksum_block_size": self.limits.checksum_block_size,
             "on_error": self.on_error.value,
-            # only when enabled: a plain pack's options (and fingerprint) are what they were before compression
+            # only when enabled: a plain pack's options (and fingerprint) do not mention compression at all
             **({"compression": self.compression.to_json()} if self.compression.enabled else {}),
         }

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import logging
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -33,6 +34,7 @@ from ..tokenizers import Tokenizer, load_tokenizer
 from ..tokenizers.spec import needs_self_check, self_check
 from ..tokenizers.tiktoken_backend import TiktokenTokenizer
 from ..writer import JOURNAL_NAME, Journal, JournalEntry, ShardWriter
+from .budget import check_skip_budget, empty_files, is_encoding_problem
 from .chunks import Chunk, Skip, iter_chunks, sample_texts
 from .config import OnError, PackConfig, ResumeMode
 from .memory import pin_malloc_thresholds
@@ -46,6 +48,8 @@ from .worker import WorkerSetup, encode_chunk, init_worker
 __all__ = ["PackProgress", "PackResult", "pack"]
 
 MAX_DOC_TOKENS = MAX_SEQUENCE_TOKENS  # the .idx stores lengths as int32
+
+log = logging.getLogger("shardkit.pack")
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,8 @@ class PackResult:
     input_files: int = 0
     input_bytes: int = 0
     skip_examples: list[dict[str, str]] = field(default_factory=list)
+    # input files that yielded no document, each with its first problem ({"file", "first_problem"})
+    empty_files: list[dict[str, str]] = field(default_factory=list)
     remote_url: str | None = None  # packed to remote storage: the dataset's URL (`path` was the staging copy)
     upload: UploadReport | None = None
 
@@ -142,17 +148,20 @@ class _Run:
         self._last_progress = 0.0
 
     def _skip(self, file: int, location: str, reason: str) -> None:
-        if self.config.on_error is OnError.FAIL:
+        chosen = self.config.reader.encoding_errors == "skip" and is_encoding_problem(reason)
+        if self.config.on_error is OnError.FAIL and not chosen:
             raise PackError(f"{location}: {reason} (stopped by --on-error fail; use --on-error skip to count "
                             "and skip bad records)")
-        self.stats.add_skip(self.files[file].source, location, reason)
+        self.stats.add_skip(self.files[file].source, location, reason, file=file, chosen=chosen)
 
     def _commit(self, next_file: int, next_record: int) -> None:
         entry = self.writer.close_shard()
         if entry is None:
             return
+        log.debug("shard %s: %d docs, %d tokens; next input position file %d record %d", entry.name,
+                  entry.num_docs, entry.num_tokens, next_file, next_record)
         self.entries.append(entry)
-        self.journal.append(JournalEntry(entry, next_file, next_record, self.stats.to_json()))
+        self.journal.append(JournalEntry(entry, next_file, next_record, self.stats.to_json(internal=True)))
 
     def _add_docs(self, chunk: Chunk, tokens: np.ndarray, lengths: np.ndarray, offsets: np.ndarray,
                   chars: np.ndarray, a: int, b: int) -> None:
@@ -164,7 +173,7 @@ class _Run:
             j = i + 1
             while j < b and files[j] == files[i]:
                 j += 1
-            self.stats.add_docs(self.files[files[i]].source, lengths[i:j], int(chars[i:j].sum()))
+            self.stats.add_docs(self.files[files[i]].source, lengths[i:j], int(chars[i:j].sum()), file=files[i])
             i = j
 
     def consume(self, chunk: Chunk, tokens: np.ndarray, lengths: np.ndarray) -> None:
@@ -262,6 +271,8 @@ def _pack_local(config: PackConfig, *, progress: Callable[[PackProgress], None] 
         if config.tokenize.prepend_bos and bos is None:
             raise PackError(f"tokenizer {spec.name} has no beginning-of-text token; drop --bos")
         job, job_id = _job(config, files, spec_json, task_meta)
+        log.info("packing %d input file(s), %d bytes, into %s with tokenizer %s (backend %s)", len(files),
+                 sum(f.size for f in files), out, spec.name, spec.backend)
 
         kept: list[JournalEntry] = []
         if previous is not None:
@@ -271,6 +282,8 @@ def _pack_local(config: PackConfig, *, progress: Callable[[PackProgress], None] 
                                   f"{out} holds an unfinished pack of a different job; re-run the original "
                                   "command to finish it, or pass --overwrite to start over")
             kept = _surviving(out, entries)
+            log.info("resuming an unfinished pack of the same job: %d of %d journaled shard(s) intact", len(kept),
+                     len(entries))
         keep_names = {n for e in kept for n in (e.shard.data_name, e.shard.idx_name, e.shard.sum_name,
                                                 f"{e.shard.name}.ids.jsonl")}
         remove_shardkit_files(out, keep=keep_names | {JOURNAL_NAME})
@@ -344,9 +357,21 @@ def _pack_local(config: PackConfig, *, progress: Callable[[PackProgress], None] 
             scratch.cleanup()
         if not run.entries and config.task is None:  # a task's part may be empty (more tasks than data)
             journal.remove()
+            firsts = [f"\n  {e['first_problem']}" for e in empty_files(stats, files)[:5]]
             raise PackError(f"no documents were packed from {len(files)} input file(s): "
                             f"{stats.skipped} record(s) skipped "
-                            f"({', '.join(f'{k}: {v}' for k, v in stats.skipped_by_reason.items()) or 'none'})")
+                            f"({', '.join(f'{k}: {v}' for k, v in stats.skipped_by_reason.items()) or 'none'})"
+                            + (f"; the first problem of each file:{''.join(firsts)}" if firsts else ""))
+        if note:
+            log.info("tokenizer: %s", note)  # (also in the result and the CLI summary)
+        try:
+            usage = check_skip_budget(stats, files, config.max_skip_fraction, config.reader.encoding_errors)
+            if usage.counted:
+                log.info("skip budget: %.3f%% of records, about %.3f%% of input bytes skipped (limit %g)",
+                         100 * usage.record_fraction, 100 * usage.byte_fraction, config.max_skip_fraction)
+        except PackError:
+            journal.close()  # kept: the same command with a larger --max-skip-fraction finishes at once
+            raise
         elapsed = time.monotonic() - t0
         manifest = Manifest(
             dtype=dtype.name,
@@ -370,7 +395,7 @@ def _pack_local(config: PackConfig, *, progress: Callable[[PackProgress], None] 
     return PackResult(path=out, fingerprint=fingerprint, manifest=saved, stats=stats.to_json(),
                       elapsed=elapsed, workers=workers, tokenizer_backend=tokenizer.spec.backend, tokenizer_note=note,
                       resumed_shards=len(kept), input_files=len(files), input_bytes=run.total_bytes,
-                      skip_examples=list(stats.skip_examples))
+                      skip_examples=list(stats.skip_examples), empty_files=empty_files(stats, files))
 
 
 def _drop_too_long(chunk: Chunk, tokens: np.ndarray, lengths: np.ndarray

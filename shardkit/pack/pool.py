@@ -68,9 +68,10 @@ def ordered_map(
         _kill(pool)
         raise _WorkerDied(_died_message(pool)) from e
     finally:
-        # after the last result the workers only have to exit: do not make the caller wait for that
-        # (~0.3 s); on an error or an abandoned iteration, cancel what is queued and wait for them
-        pool.shutdown(wait=not finished and not _broken(pool), cancel_futures=True)
+        # wait for the workers to exit, also after the last result: the pool starts workers on demand, so
+        # one may still be starting (running `initializer`) when the last result arrives, and the caller
+        # removes what the initializer reads (the pack's scratch directory) as soon as this returns
+        pool.shutdown(wait=finished or not _broken(pool), cancel_futures=True)
 
 
 class _WorkerDied(PackError):

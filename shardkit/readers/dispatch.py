@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 
 from ..errors import ConfigError
 from ..sources import InputFile, InputFormat, input_format
+from .arrow import read_arrow
 from .jsonl import read_jsonl
 from .parquet import read_parquet
 from .records import ReaderConfig, Record
@@ -17,6 +18,7 @@ _READERS: dict[InputFormat, Callable[[InputFile, ReaderConfig, int], Iterator[Re
     InputFormat.JSONL: read_jsonl,
     InputFormat.PARQUET: read_parquet,
     InputFormat.TEXT: read_text,
+    InputFormat.ARROW: read_arrow,
 }
 
 

@@ -6,10 +6,40 @@ by every reader so a report groups identical problems together.
 
 from __future__ import annotations
 
+import difflib
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["FieldPath", "MISSING", "type_name", "stringify_id"]
+__all__ = ["FieldPath", "MISSING", "did_you_mean", "type_name", "stringify_id"]
+
+# names datasets commonly give their text (The Pile, RedPajama, C4, Dolma, FineWeb, StarCoder, ...)
+_TEXT_NAMES = ("text", "content", "raw_content", "body", "document", "article", "story", "passage", "code",
+               "markdown", "html", "contents", "sentence", "prompt")
+
+
+def did_you_mean(wanted: str, names: Sequence[str], values: Mapping[str, Any] | None = None) -> str | None:
+    """The name the user most likely meant: a close spelling, a usual text field's name, or (given the
+    values) the field holding the longest string."""
+    close = difflib.get_close_matches(wanted, list(names), n=1, cutoff=0.6)
+    if close:
+        return close[0]
+    for common in _TEXT_NAMES:
+        if common in names and common != wanted:
+            return common
+    if values:
+        strings = [(len(v), k) for k, v in values.items() if type(v) is str]
+        if strings:
+            return max(strings)[1]
+    return None
+
+
+def fields_hint(wanted: str, names: Sequence[str], values: Mapping[str, Any] | None = None,
+                flag: str = "--text-field ") -> str:
+    """'fields a, b; did you mean --text-field b?' (names cut to the first 12)."""
+    shown = ", ".join(names[:12]) + (f", … ({len(names)} in all)" if len(names) > 12 else "")
+    guess = did_you_mean(wanted, names, values)
+    return (f"fields {shown}" if shown else "no fields") + (f"; did you mean {flag}{guess}?" if guess else "")
 
 
 class _Missing:
@@ -56,9 +86,13 @@ class FieldPath:
             if type(value) is not dict:
                 parent = ".".join(self.parts[:depth])
                 return f"missing field {self.path!r} ({parent!r} is not an object, got {type_name(value)})"
-            value = value.get(part, MISSING)
-            if value is MISSING:
-                break
+            found = value.get(part, MISSING)
+            if found is MISSING:
+                names = [str(k) for k in value]
+                prefix = ".".join(self.parts[:depth])
+                hint = fields_hint(part, names, value, flag="--text-field " + (prefix + "." if prefix else ""))
+                return f"missing field {self.path!r} ({repr(prefix) if prefix else 'the record'} has {hint})"
+            value = found
         return f"missing field {self.path!r}"
 
     def text_error(self, obj: dict[str, Any], value: Any) -> str:

@@ -143,7 +143,9 @@ class _LineParser:
         if obj is _BLANK:
             return None
         if type(obj) is not dict:
-            return make_record(i, None, None, f"top-level value is not an object (got {type_name(obj)})", where)
+            hint = ("; a file that is one JSON array converts to JSON lines with: jq -c '.[]' FILE > FILE.jsonl"
+                    if type(obj) is list else "")
+            return make_record(i, None, None, f"top-level value is not an object (got {type_name(obj)}){hint}", where)
         text = self.field.get(obj)
         if type(text) is not str:
             return make_record(i, None, None, self.field.text_error(obj, text), where)
@@ -186,7 +188,7 @@ def read_jsonl(file: InputFile, config: ReaderConfig, start: int = 0) -> Iterato
             index += skipped
             if not block:
                 continue
-        lines, bad = _decode_lines(block, terminated, config.encoding_errors)
+        lines, bad = _decode_lines(block, terminated, config.decode_errors)
         base = index
         index += len(lines)
         surrogates = b"\\ud" in block or b"\\uD" in block  # escapes are ASCII: search the bytes

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from ..errors import ReaderError
 from ..sources import InputFile
 from .compression import open_binary
-from .fields import FieldPath, stringify_id
+from .fields import FieldPath, did_you_mean, stringify_id
 from .records import ReaderConfig, Record, make_record
 
 __all__ = ["BATCH_BYTES", "read_parquet"]
@@ -52,10 +52,13 @@ def _resolve(url: str, schema: pa.Schema, path: FieldPath, what: str) -> pa.Data
             fields = t
         idx = fields.get_field_index(part)
         if idx < 0:
-            names = ", ".join(fields.field(i).name for i in range(len(fields)))
+            names = [fields.field(i).name for i in range(len(fields))]
             where = "the file" if depth == 0 else f"struct {parent!r}"
-            raise ReaderError(url, f"no {what} column {path.path!r}: {where} has columns {names}; "
-                              f"choose one with --{what}-field")
+            guess = did_you_mean(part, names) if what == "text" else None
+            prefix = "" if depth == 0 else parent + "."
+            raise ReaderError(url, f"no {what} column {path.path!r}: {where} has columns {', '.join(names)}; "
+                              + (f"did you mean --text-field {prefix}{guess}?" if guess else
+                                 f"choose one with --{what}-field"))
         t = fields.field(idx).type
     return t
 
@@ -164,7 +167,7 @@ def read_parquet(file: InputFile, config: ReaderConfig, start: int = 0) -> Itera
                     if offset:
                         batch = batch.slice(offset)
                         row += offset
-                    texts = _strings(_column(batch, field), binary, config.encoding_errors)
+                    texts = _strings(_column(batch, field), binary, config.decode_errors)
                     ids = _ids(_column(batch, id_path)) if id_path is not None else None
                 except (pa.ArrowException, OSError, UnicodeDecodeError) as e:  # (bad UTF-8 inside a struct id)
                     raise ReaderError(url, f"corrupt parquet data in row group {rg} near row {row} ({e}); "

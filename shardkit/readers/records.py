@@ -9,7 +9,7 @@ from ..errors import ConfigError
 
 __all__ = ["ENCODING_ERRORS", "ReaderConfig", "Record", "make_record"]
 
-ENCODING_ERRORS = ("strict", "replace")
+ENCODING_ERRORS = ("strict", "replace", "skip")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +57,14 @@ class ReaderConfig:
 
     text_field: str = "text"  # dotted path for nested fields: "meta.body" -> obj["meta"]["body"]
     id_field: str | None = None  # dotted path; the value is stringified
-    encoding_errors: str = "strict"  # "strict": invalid UTF-8 makes the record bad; "replace": U+FFFD
+    # "strict": invalid UTF-8 makes the record bad (counted against the skip budget); "replace": U+FFFD;
+    # "skip": the record is bad as under strict, but pack drops it as chosen (reported, not budgeted)
+    encoding_errors: str = "strict"
+
+    @property
+    def decode_errors(self) -> str:
+        """The codec error handler the readers decode with ("skip" reads as "strict")."""
+        return "replace" if self.encoding_errors == "replace" else "strict"
 
     def __post_init__(self) -> None:
         _check_path("text field", self.text_field)

@@ -55,7 +55,7 @@ def read_text(file: InputFile, config: ReaderConfig, start: int = 0) -> Iterator
     data = _read_all(file)
     skip = 3 if data[:3] == _BOM else 0
     try:
-        text = str(memoryview(data)[skip:], "utf-8", config.encoding_errors)
+        text = str(memoryview(data)[skip:], "utf-8", config.decode_errors)
     except UnicodeDecodeError as e:
         error = f"invalid UTF-8 at byte {e.start + skip} (try --encoding-errors replace)"
         yield make_record(0, None, None, error, file.url)

@@ -39,6 +39,7 @@ class InputFormat(Enum):
     JSONL = "jsonl"
     PARQUET = "parquet"
     TEXT = "text"
+    ARROW = "arrow"  # Arrow IPC (stream or file): Hugging Face `datasets`' save_to_disk and cache files
 
 
 class Compression(Enum):
@@ -58,6 +59,10 @@ _EXTENSIONS: dict[str, tuple[InputFormat, Compression]] = {
     base + suffix: (fmt, comp) for base, fmt in _BASES.items() for suffix, comp in _SUFFIXES.items()
 }
 _EXTENSIONS[".parquet"] = (InputFormat.PARQUET, Compression.NONE)
+_EXTENSIONS[".arrow"] = (InputFormat.ARROW, Compression.NONE)
+# a directory written by `datasets.Dataset.save_to_disk`: Arrow files plus these two metadata files, which
+# are not input (they would otherwise be read as JSON lines)
+_HF_DATASET_METADATA = ("state.json", "dataset_info.json")
 
 SUPPORTED_EXTENSIONS: tuple[str, ...] = tuple(sorted(_EXTENSIONS))
 _BY_LENGTH = sorted(_EXTENSIONS, key=len, reverse=True)
@@ -171,11 +176,18 @@ class _Lister:
     def walk(self, root: str) -> None:
         """Add every supported, non-hidden file below `root`, pruning hidden directories."""
         try:
-            for _dir, dirs, files in self.fs.walk(root, detail=True, on_error="raise"):
+            for directory, dirs, files in self.fs.walk(root, detail=True, on_error="raise"):
                 for name in [d for d in dirs if d.startswith(".")]:
                     del dirs[name]
+                if "dataset_dict.json" in files:
+                    raise InputError(self.url(directory), "a Hugging Face DatasetDict (several splits saved with "
+                                     f"save_to_disk: {', '.join(sorted(dirs))}); name one split's directory, "
+                                     f"e.g. {self.url(directory).rstrip('/')}/{min(dirs, default='train')}")
+                hf_dataset = all(n in files for n in _HF_DATASET_METADATA)
                 for name, info in files.items():
-                    if not name.startswith("."):
+                    if hf_dataset and name in _HF_DATASET_METADATA:
+                        self.ignored.append(self.url(info["name"]))
+                    elif not name.startswith("."):
                         self.add_file(info, explicit=False)
         except PermissionError as e:
             raise self._denied(str(e.filename or root)) from e

@@ -2,6 +2,7 @@
 
     bytes                         the built-in UTF-8 byte tokenizer (no file)
     PATH.json | DIR | hf:PATH     a Hugging Face tokenizer.json (DIR: a directory holding tokenizer.json)
+    NAME | ORG/NAME[@REV]         a Hugging Face hub name, from the local HF cache only (hub_cache.py)
     tiktoken:PATH[?options]       a tiktoken ranks file (options: see tiktoken_file.py); also PATH.tiktoken
     PATH.model | sentencepiece:PATH   a SentencePiece model (also spm:PATH)
 """
@@ -16,6 +17,7 @@ from .base import Backend, Tokenizer
 from .bytes_tokenizer import BytesTokenizer
 from .fastpath import FastPathRefused, fast_hf_tokenizer
 from .hf import HFTokenizer
+from .hub_cache import looks_like_hub_name, resolve_hub_tokenizer
 from .selfcheck import compare_backends
 from .sentencepiece_model import SentencePieceTokenizer
 from .tiktoken_file import load_tiktoken_file
@@ -41,6 +43,8 @@ def parse_spec(spec: str) -> tuple[str, str]:
     if Path(s).is_dir() and (Path(s) / "tokenizer.json").is_file():
         return "hf", str(Path(s) / "tokenizer.json")
     by_suffix = _SUFFIXES.get(Path(s.partition("?")[0]).suffix.lower())
+    if by_suffix is None and not Path(s).exists() and looks_like_hub_name(s):
+        return "hf", resolve_hub_tokenizer(s)  # a Hugging Face name, from the local cache only
     if by_suffix is None:
         raise TokenizerError(f"unknown tokenizer spec {spec!r}: use 'bytes', a tokenizer.json path (or hf:PATH), "
                              "tiktoken:PATH for a tiktoken ranks file, or a SentencePiece .model path "

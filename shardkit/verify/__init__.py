@@ -5,7 +5,9 @@
     report.problems           # each located to shard, file and byte range
 """
 
+from .remote import verify_remote_dataset
 from .report import Check, Problem, Verdict, VerifyMode, VerifyProgress, VerifyReport
 from .run import verify_dataset
 
-__all__ = ["Check", "Problem", "Verdict", "VerifyMode", "VerifyProgress", "VerifyReport", "verify_dataset"]
+__all__ = ["Check", "Problem", "Verdict", "VerifyMode", "VerifyProgress", "VerifyReport", "verify_dataset",
+           "verify_remote_dataset"]

@@ -32,7 +32,8 @@ def test_usage_error_exits_2(tmp_path):
 
 
 def test_library_error_is_one_line_exit_1(tmp_path):
-    r = CliRunner().invoke(cli, ["pack", str(tmp_path / "nothing-here.jsonl"), "-o", str(tmp_path / "o")])
+    r = CliRunner().invoke(cli, ["pack", str(tmp_path / "nothing-here.jsonl"), "-o", str(tmp_path / "o"),
+                                 "-t", "bytes"])
     assert r.exit_code == 1
     assert "Traceback" not in r.output
     assert r.output.startswith("Error: ") and len(r.output.strip().splitlines()) == 1

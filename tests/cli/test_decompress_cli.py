@@ -21,7 +21,7 @@ def packed(tmp_path_factory):
     src = base / "in.jsonl"
     src.write_text("".join(json.dumps({"text": f"line {i} " + "the same words again " * (i % 9 + 1)}) + "\n"
                            for i in range(400)))
-    common = ["--shard-size", "8KB", "--checksum-block-size", "4KiB", "-w", "1", "-q"]
+    common = ["--shard-size", "8KB", "--checksum-block-size", "4KiB", "-w", "1", "-q", "-t", "bytes"]
     plain, comp = base / "plain", base / "zst"
     assert run("pack", src, "-o", plain, *common).exit_code == 0
     r = run("pack", src, "-o", comp, *common, "--compression", "zstd", "--compression-level", "6",
@@ -46,7 +46,7 @@ def test_pack_writes_zst_shards_with_options_in_the_manifest(packed):
                                   ["--compression", "lz4"]])
 def test_bad_compression_options_are_usage_errors(packed, tmp_path, args):
     src, _, _ = packed
-    r = run("pack", src, "-o", tmp_path / "o", "-q", *args)
+    r = run("pack", src, "-o", tmp_path / "o", "-q", "-t", "bytes", *args)
     assert r.exit_code == 2, r.output
     assert not (tmp_path / "o" / "manifest.json").exists()
 

@@ -14,7 +14,7 @@ from shardkit import open_dataset
 
 
 def _run(*args):
-    return CliRunner().invoke(cli, ["pack", *map(str, args), "--workers", "1", "--quiet"])
+    return CliRunner().invoke(cli, ["pack", *map(str, args), "--workers", "1", "--quiet", *([] if any(str(a) in ("-t", "--tokenizer") for a in args) else ["-t", "bytes"])])
 
 
 @pytest.fixture()
@@ -28,7 +28,7 @@ def bad_inputs(tmp_path):
 
 
 def test_skip_policy_counts_and_reports_locations(bad_inputs, tmp_path):
-    r = _run(bad_inputs, "-o", tmp_path / "ds")
+    r = _run(bad_inputs, "-o", tmp_path / "ds", "--max-skip-fraction", "1")
     assert r.exit_code == 0, r.output
     assert "skipped 5 record(s)" in r.output
     for line in (2, 3, 4, 5, 7):
@@ -55,7 +55,7 @@ def test_truncated_gzip_and_zstd_are_reported(tmp_path):
     body = "".join(json.dumps({"text": f"doc {i} " * 50}) + "\n" for i in range(500)).encode()
     (d / "g.jsonl.gz").write_bytes(gzip.compress(body)[:-300])
     (d / "z.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(body)[:-300])
-    r = _run(d, "-o", tmp_path / "ds")
+    r = _run(d, "-o", tmp_path / "ds", "--max-skip-fraction", "1")
     assert r.exit_code == 0, r.output
     sk = open_dataset(tmp_path / "ds").manifest.stats["skipped"]
     assert sk["by_reason"].get("file error", 0) == 2
@@ -90,6 +90,6 @@ def test_document_longer_than_index_format_allows(tmp_path, monkeypatch):
     import shardkit.pack.driver as driver
     monkeypatch.setattr(driver, "MAX_DOC_TOKENS", 50)
     (tmp_path / "a.jsonl").write_text("\n".join(json.dumps({"text": t}) for t in ["short", "x" * 100, "ok"]) + "\n")
-    r = _run(tmp_path / "a.jsonl", "-o", tmp_path / "ds")
+    r = _run(tmp_path / "a.jsonl", "-o", tmp_path / "ds", "--max-skip-fraction", "1")
     assert r.exit_code == 0 and "exceeds the index format" in r.output and "a.jsonl:2" in r.output
     assert open_dataset(tmp_path / "ds").num_docs == 2

@@ -22,7 +22,7 @@ def src(tmp_path):
 
 def _pack(src, out, *extra):
     return CliRunner().invoke(cli, ["pack", str(src), "-o", str(out), "--shard-size", "4KB", "--checksum-block-size",
-                                    "4KiB", "--workers", "1", "--quiet", "--split-granularity", "2KiB", *extra])
+                                    "4KiB", "--workers", "1", "--quiet", "-t", "bytes", "--split-granularity", "2KiB", *extra])
 
 
 def test_job_array_then_merge_equals_one_job_command(src, tmp_path):

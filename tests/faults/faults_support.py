@@ -38,7 +38,7 @@ SYSCALLS = {"rename": "rename,renameat,renameat2", "unlink": "unlink,unlinkat", 
 def pack_cmd(src: Path, out: Path, *, workers: int = 1, extra: tuple[str, ...] = ()) -> list[str]:
     """The pack command of the fault tests: small shards and blocks, so a small corpus has many of both."""
     return shardkit_cmd() + ["pack", str(src), "-o", str(out), "--shard-size", "24KB", "--checksum-block-size",
-                             "4KiB", "--workers", str(workers), "--quiet", *extra]
+                             "4KiB", "--workers", str(workers), "--quiet", "-t", "bytes", *extra]
 
 
 def strace_cmd(cmd: list[str], *, syscall: str, path: Path, nth: int, log: Path, action: str = "signal=KILL"

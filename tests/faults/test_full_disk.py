@@ -217,7 +217,7 @@ def test_verify_names_the_shard_whose_read_fails(dataset, mode, fault, action, s
 
 
 def test_deep_verify_of_a_shard_truncated_mid_scan_reports_it(dataset, monkeypatch):
-    """verify --deep used to map each .bin: a truncation during the scan was a SIGBUS. Now a short read."""
+    """verify --deep reads each .bin (a mapped one would SIGBUS when truncated during the scan): a short read."""
     import shardkit.verify.deep as deep
     from shardkit.verify import verify_dataset
 
@@ -238,7 +238,7 @@ def test_deep_verify_of_a_shard_truncated_mid_scan_reports_it(dataset, monkeypat
 def test_dataset_reads_of_a_deleted_or_truncated_shard_raise_naming_it(dataset):
     path, flat = dataset
     ds = open_dataset(path)
-    # deleted after open, before first use: ManifestError naming the shard (was a bare FileNotFoundError)
+    # deleted after open, before first use: ManifestError naming the shard (not a bare FileNotFoundError)
     (path / "shard-00003.bin").unlink()
     start = int(ds.token_offsets[3])
     with pytest.raises(ManifestError, match="shard shard-00003 cannot be read"):

@@ -20,8 +20,18 @@ from support.paths import GPT2_JSON
 from shardkit.remote.cache import CacheError, CacheRoot
 
 
+def _defaults(args):
+    """The bytes tokenizer unless one is named, and no skip budget: these cases skip records on purpose."""
+    args = [str(a) for a in args]
+    if "--tokenizer" not in args and "-t" not in args:
+        args += ["--tokenizer", "bytes"]
+    if "--max-skip-fraction" not in args:
+        args += ["--max-skip-fraction", "1"]
+    return args
+
+
 def _pack(*args, timeout=120, env=None):
-    return subprocess.run([*shardkit_cmd(), "pack", *map(str, args)], capture_output=True, text=True,
+    return subprocess.run([*shardkit_cmd(), "pack", *_defaults(args)], capture_output=True, text=True,
                           timeout=timeout, env=env)
 
 
@@ -185,7 +195,7 @@ _PEAK = textwrap.dedent("""
 
 
 def _pack_peak(args, timeout=300):
-    r = subprocess.run([sys.executable, "-c", _PEAK, *shardkit_cmd(), "pack", *map(str, args)],
+    r = subprocess.run([sys.executable, "-c", _PEAK, *shardkit_cmd(), "pack", *_defaults(args)],
                        capture_output=True, text=True, timeout=timeout)
     return json.loads(r.stdout)
 

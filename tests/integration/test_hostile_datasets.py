@@ -548,7 +548,8 @@ def test_pack_with_a_bomb_among_its_inputs(bombs, tmp_path, monkeypatch, on_erro
     (src / "a-good.jsonl").write_text("".join(json.dumps({"text": f"doc {i}"}) + "\n" for i in range(20)))
     os.link(bombs / "bomb.jsonl.zst", src / "b-bomb.jsonl.zst")
     config = PackConfig(inputs=(str(src),), output=str(tmp_path / "out"), workers=1, on_error=on_error,
-                        limits=ShardLimits(max_bytes=None, max_tokens=4096, checksum_block_size=4096))
+                        limits=ShardLimits(max_bytes=None, max_tokens=4096, checksum_block_size=4096),
+                        max_skip_fraction=1.0)  # the bomb is most of the input bytes; skipping it is the point
     if on_error is OnError.FAIL:
         with pytest.raises(PackError, match="line is longer than 16 MiB"):
             pack(config)

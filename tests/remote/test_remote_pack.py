@@ -259,7 +259,7 @@ def test_exhausted_retries_say_so_and_a_rerun_finishes(faulty_s3, corpus, local_
 
 def _cli(corpus: Path, url: str, endpoint: str, staging: Path, *extra: str) -> list[str]:
     return shardkit_cmd() + ["pack", str(corpus), "-o", url, "--shard-size", "48KiB", "--checksum-block-size",
-                             "4KiB", "--workers", "1", "--quiet", "--staging-dir", str(staging),
+                             "4KiB", "--workers", "1", "--quiet", "-t", "bytes", "--staging-dir", str(staging),
                              "--storage-option", f"client_kwargs.endpoint_url={endpoint}", *extra]
 
 
@@ -297,7 +297,7 @@ def test_sigkill_during_upload_then_rerun_is_byte_identical(faulty_s3, corpus, l
 def test_cli_reads_endpoint_from_fsspec_env_and_refuses_a_finished_output(s3, corpus, tmp_path):
     url = _upload_corpus(s3, corpus)
     env = {**os.environ, "FSSPEC_S3": json.dumps({"client_kwargs": {"endpoint_url": s3.endpoint_url}})}
-    base = shardkit_cmd() + ["pack", url + "/", "--shard-size", "48KiB", "--workers", "1", "--quiet",
+    base = shardkit_cmd() + ["pack", url + "/", "--shard-size", "48KiB", "--workers", "1", "--quiet", "-t", "bytes",
                              "--staging-dir", str(tmp_path / "st"), "-o"]
     first = subprocess.run(base + [s3.url("out")], capture_output=True, text=True, env=env, timeout=120)
     assert first.returncode == 0, first.stderr

@@ -193,7 +193,7 @@ def test_sigkill_during_compressed_pack_then_resume(tmp_path, kill_after_shards)
 
     def cmd(out, workers=2):
         return shardkit_cmd() + ["pack", str(src), "-o", str(out), "--shard-size", "24KB", "--checksum-block-size",
-                                 "4KiB", "--workers", str(workers), "--quiet", "--compression", "zstd",
+                                 "4KiB", "--workers", str(workers), "--quiet", "-t", "bytes", "--compression", "zstd",
                                  "--frame-size", "3000"]
 
     def journaled(out):

@@ -25,7 +25,7 @@ def _corpus(d, files=3, docs=1500, seed=3):
 
 def _cmd(src, out, workers=2):
     return shardkit_cmd() + ["pack", str(src), "-o", str(out), "--shard-size", "24KB",
-                             "--checksum-block-size", "4KiB", "--workers", str(workers), "--quiet"]
+                             "--checksum-block-size", "4KiB", "--workers", str(workers), "--quiet", "-t", "bytes"]
 
 
 def _journal_entries(out):

@@ -27,7 +27,7 @@ def test_identical_bytes_for_any_worker_count(tmp_path):
     outs = []
     for w in (1, 2, 4):
         out = tmp_path / f"ds{w}"
-        pack(PackConfig(inputs=(str(src),), output=str(out), workers=w,
+        pack(PackConfig(inputs=(str(src),), output=str(out), workers=w, max_skip_fraction=1.0,
                         limits=ShardLimits(max_bytes=30_000, checksum_block_size=4096)))
         outs.append(out)
     for other in outs[1:]:

@@ -137,7 +137,7 @@ def test_cli_ray_executor_matches_cli_local(cluster, tmp_path):
     from cli.main import cli
     src = _corpus(tmp_path / "in", files=2, docs=200)
     common = [str(src), "--num-tasks", "3", "--split-granularity", "32KiB", "--shard-size", "16KB",
-              "--checksum-block-size", "4KiB", "--workers", "1", "--quiet", "--json"]
+              "--checksum-block-size", "4KiB", "--workers", "1", "--quiet", "--json", "-t", "bytes"]
     a = CliRunner().invoke(cli, ["pack", *common, "-o", str(tmp_path / "a")])
     b = CliRunner().invoke(cli, ["pack", *common, "-o", str(tmp_path / "b"), "--executor", "ray"])
     assert a.exit_code == 0 and b.exit_code == 0, (a.output, b.output)

@@ -44,7 +44,7 @@ def corpus(tmp_path_factory):
     base = tmp_path_factory.mktemp("tasks")
     src = _corpus(base / "in")
     single = base / "single"
-    pack(PackConfig(inputs=(str(src),), output=str(single), limits=LIMITS, workers=1))
+    pack(PackConfig(inputs=(str(src),), output=str(single), limits=LIMITS, max_skip_fraction=1.0, workers=1))
     return src, single
 
 
@@ -57,7 +57,7 @@ def _pack_parts(src, base, n, granularity):
     parts = []
     for i in range(n):
         out = base / f"part-{i}"
-        pack(PackConfig(inputs=(str(src),), output=str(out), limits=LIMITS, workers=1,
+        pack(PackConfig(inputs=(str(src),), output=str(out), limits=LIMITS, max_skip_fraction=1.0, workers=1,
                         task=TaskSpec(num_tasks=n, task_id=i, granularity=granularity)))
         parts.append(out)
     return parts
@@ -86,7 +86,7 @@ def test_merged_token_stream_equals_single_pack(corpus, tmp_path, n, granularity
 def test_part_is_an_ordinary_dataset_with_part_metadata(corpus, tmp_path):
     src, _ = corpus
     out = tmp_path / "p"
-    pack(PackConfig(inputs=(str(src),), output=str(out), limits=LIMITS, workers=1,
+    pack(PackConfig(inputs=(str(src),), output=str(out), limits=LIMITS, max_skip_fraction=1.0, workers=1,
                     task=TaskSpec(num_tasks=3, task_id=1, granularity=512)))
     ds = open_dataset(out)
     task = ds.manifest.pack["task"]
@@ -103,7 +103,7 @@ def test_more_tasks_than_inputs_packs_empty_parts(tmp_path):
     src.mkdir()
     (src / "a.txt").write_text("one")
     (src / "b.txt").write_text("two")
-    r = pack_job(PackConfig(inputs=(str(src),), output=str(tmp_path / "out"), limits=LIMITS, workers=1),
+    r = pack_job(PackConfig(inputs=(str(src),), output=str(tmp_path / "out"), limits=LIMITS, max_skip_fraction=1.0, workers=1),
                  num_tasks=5, keep_parts=True)
     assert sorted(t.docs for t in r.tasks) == [0, 0, 0, 1, 1]
     empty = open_dataset(tmp_path / "out.parts" / "task-00000")
@@ -113,14 +113,14 @@ def test_more_tasks_than_inputs_packs_empty_parts(tmp_path):
 
 def test_job_result_does_not_depend_on_workers_or_reruns(corpus, tmp_path):
     src, _ = corpus
-    cfg = PackConfig(inputs=(str(src),), output=str(tmp_path / "a"), limits=LIMITS, workers=1)
+    cfg = PackConfig(inputs=(str(src),), output=str(tmp_path / "a"), limits=LIMITS, max_skip_fraction=1.0, workers=1)
     pack_job(cfg, num_tasks=4, granularity=600)
-    pack_job(PackConfig(inputs=(str(src),), output=str(tmp_path / "b"), limits=LIMITS, workers=2),
+    pack_job(PackConfig(inputs=(str(src),), output=str(tmp_path / "b"), limits=LIMITS, max_skip_fraction=1.0, workers=2),
              num_tasks=4, granularity=600, keep_parts=True)
     assert_same_dataset(tmp_path / "a", tmp_path / "b")
     assert not (tmp_path / "a.parts").exists() and (tmp_path / "b.parts").is_dir()
     # the same job again over kept parts: every part is kept, the merge is the same
-    r = pack_job(PackConfig(inputs=(str(src),), output=str(tmp_path / "c"), limits=LIMITS, workers=1),
+    r = pack_job(PackConfig(inputs=(str(src),), output=str(tmp_path / "c"), limits=LIMITS, max_skip_fraction=1.0, workers=1),
                  num_tasks=4, granularity=600, parts_dir=tmp_path / "b.parts")
     assert all(t.reused for t in r.tasks)
     assert_same_dataset(tmp_path / "a", tmp_path / "c")
@@ -146,7 +146,7 @@ def test_sigkilled_task_resumes_to_the_same_part(tmp_path):
     def cmd(out):
         return shardkit_cmd() + ["pack", str(src), "-o", str(out), "--num-tasks", "3", "--task-id", "1",
                                  "--split-granularity", "64KiB", "--shard-size", "16KB",
-                                 "--checksum-block-size", "4KiB", "--workers", "1", "--quiet"]
+                                 "--checksum-block-size", "4KiB", "--workers", "1", "--quiet", "-t", "bytes", "--max-skip-fraction", "1"]
 
     subprocess.run(cmd(tmp_path / "ref"), check=True, capture_output=True)
     out = tmp_path / "out"
@@ -173,7 +173,7 @@ def test_compressed_parts_merge_into_the_single_packs_tokens(corpus, tmp_path):
     parts = []
     for i in range(3):
         out = tmp_path / f"part-{i}"
-        pack(PackConfig(inputs=(str(src),), output=str(out), limits=LIMITS, workers=1, compression=zstd,
+        pack(PackConfig(inputs=(str(src),), output=str(out), limits=LIMITS, max_skip_fraction=1.0, workers=1, compression=zstd,
                         task=TaskSpec(num_tasks=3, task_id=i, granularity=1 << 30)))
         parts.append(out)
     merge_parts(parts, tmp_path / "merged")

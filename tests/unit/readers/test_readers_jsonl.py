@@ -94,8 +94,9 @@ def test_per_record_errors_keep_going_with_right_lines(make_file):
     assert [r.index + 1 for r in recs] == list(range(1, 12))
     assert got[1] == ("ok1", None) and got[8] == ("ok2", None) and got[11] == ("ok3", None)
     assert got[2] == (None, "invalid JSON: Expecting ',' delimiter (col 14)")
-    assert got[3] == (None, "top-level value is not an object (got array)")
-    assert got[4] == (None, "missing field 'text'")
+    assert got[3][0] is None and got[3][1].startswith("top-level value is not an object (got array); a file that is "
+                                                      "one JSON array converts to JSON lines with: jq -c")
+    assert got[4] == (None, "missing field 'text' (the record has fields body; did you mean --text-field body?)")
     assert got[5] == (None, "field 'text' is not a string (got int)")
     assert got[6] == (None, "field 'text' is null")
     assert got[7][0] is None and got[7][1].startswith("invalid UTF-8 at byte 14 ")
@@ -130,7 +131,7 @@ def test_nested_dotted_field_and_id(make_file):
     assert [(r.text, r.doc_id) for r in recs[:2]] == [("a", "u1"), ("b", "3")]
     assert recs[2].error == "missing field 'meta.body' ('meta' is not an object, got string)"
     assert recs[3].error == "field 'meta.body' is not a string (got float)"
-    assert recs[4].error == "missing field 'meta.body'"
+    assert recs[4].error == "missing field 'meta.body' (the record has fields other)"
     assert [r.doc_id for r in read_all(f, text_field="meta.body", id_field="meta.id")[:2]] == ["7", None]
 
 

@@ -66,15 +66,18 @@ def test_parse_spec_forms(tmp_path):
     assert parse_spec("spm:m.bin") == ("sentencepiece", "m.bin")
 
 
-def test_load_errors_name_the_file_and_what_to_do(tmp_path):
+def test_load_errors_name_the_file_and_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
     (tmp_path / "bad.json").write_text("{nope")
     for backend in ("auto", "hf"):
         with pytest.raises(TokenizerError, match="bad.json.*check the file"):
             load_tokenizer(str(tmp_path / "bad.json"), backend=backend)
         with pytest.raises(TokenizerError, match="missing.json: tokenizer file not found; give the path"):
             load_tokenizer(str(tmp_path / "missing.json"), backend=backend)
-    with pytest.raises(TokenizerError, match="unknown tokenizer spec 'gpt2'.*local file"):
-        load_tokenizer("gpt2")
+    with pytest.raises(TokenizerError, match="tokenizer 'gpt2' is not a file here.*never downloads"):
+        load_tokenizer("gpt2")  # a hub name, not in the (empty) local cache
+    with pytest.raises(TokenizerError, match="unknown tokenizer spec 'a/b/c'.*local file"):
+        load_tokenizer("a/b/c")
     with pytest.raises(TokenizerError, match="backend must be one of"):
         load_tokenizer("bytes", backend="fast")
     with pytest.raises(TokenizerError, match="only applies to tokenizer.json"):
