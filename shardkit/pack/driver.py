@@ -334,11 +334,11 @@ def _pack_local(config: PackConfig, *, progress: Callable[[PackProgress], None] 
             try:
                 # the workers start once: the pool is restarted only when a real self-check fails
                 deferred = check_after if needs_self_check(tokenizer) else None
-                for chunk, (tokens, lengths) in _encoded(chunks(), workers, setup_for(tokenizer), deferred):
+                for chunk, (tokens, lengths) in _encoded(chunks(), workers, setup_for(tokenizer), deferred, tokenizer):
                     run.consume(chunk, tokens, lengths)
             except _UseReference as fallback:  # the self-check failed before any result was consumed
                 tokenizer = fallback.tokenizer
-                for chunk, (tokens, lengths) in _encoded(chunks(), workers, setup_for(tokenizer), None):
+                for chunk, (tokens, lengths) in _encoded(chunks(), workers, setup_for(tokenizer), None, tokenizer):
                     run.consume(chunk, tokens, lengths)
             run.finish()
         except BaseException:
@@ -427,12 +427,16 @@ def _checked(chunks: Iterable[Chunk], check: Callable[[], Tokenizer | None] | No
 
 
 def _encoded(chunks: Iterable[Chunk], workers: int, setup: WorkerSetup,
-             check: Callable[[], Tokenizer | None] | None = None):
-    """Only the texts travel to the workers; positions and skips stay here."""
+             check: Callable[[], Tokenizer | None] | None = None, loaded: Tokenizer | None = None):
+    """Only the texts travel to the workers; positions and skips stay here.
+
+    In-process (workers ≤ 1) the tokenizer already `loaded` here encodes: loading it again would cost
+    as much as encoding ~10 MB of text with fastokens.
+    """
     if workers <= 1:
         check = None  # checked before (one process: the first result would be consumed before the check)
     return ordered_map(encode_chunk, _checked(chunks, check), payload=_texts, workers=workers,
-                       initializer=init_worker, initargs=(setup,))
+                       initializer=init_worker, initargs=(setup, loaded) if workers <= 1 else (setup,))
 
 
 def _texts(chunk: Chunk) -> list[str]:

@@ -69,6 +69,7 @@ class FastokensTokenizer:
     """`fastokens` as the encoder of a tokenizer.json (spec kind "hf", backend "fastokens")."""
 
     fastpath_note: str | None = None
+    reference: Any = None  # the `tokenizers` reference `auto` checked it against (reused by the self-check)
 
     def __init__(self, path: str, *, threads: int = 1, eos: str | None = None, bos: str | None = None) -> None:
         if threads < 0:

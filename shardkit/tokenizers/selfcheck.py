@@ -106,7 +106,8 @@ def compare_backends(tokenizer_json_path: str, texts: Sequence[str], *, fast: To
     `fast` (default: the tiktoken fast path) and `reference` reuse tokenizers the caller already loaded;
     both run single-threaded.
     """
-    reference = reference or HFTokenizer(tokenizer_json_path, threads=1)
+    # the reference the load-time probe already built (spec.py keeps it on the fast tokenizer)
+    reference = reference or getattr(fast, "reference", None) or HFTokenizer(tokenizer_json_path, threads=1)
     sample = [*texts, *probe_texts(reference)]
     ref = reference.encode_batch(sample)
     backend = fast.spec.backend if fast is not None else "tiktoken"

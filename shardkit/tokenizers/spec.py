@@ -103,9 +103,11 @@ def _fastokens(path: str, *, threads: int, eos: str | None, bos: str | None, pro
     except FastokensUnavailable as why:
         return None, str(why)
     if probe:
-        result = probe_check(tok, HFTokenizer(path, threads=1, eos=eos, bos=bos))
+        reference = HFTokenizer(path, threads=1, eos=eos, bos=bos)
+        result = probe_check(tok, reference)
         if not result.ok:
             return None, result.describe()
+        tok.reference = reference  # the pack's self-check compares against it too: loaded once
     return tok, None
 
 
@@ -142,6 +144,8 @@ def self_check(tok: Tokenizer, sample_texts: Sequence[str], *, backend: str | Ba
         return tok, getattr(tok, "fastpath_note", None)
     path = tok.spec.path or ""
     result = compare_backends(path, sample_texts, fast=tok)
+    if isinstance(tok, FastokensTokenizer):
+        tok.reference = None  # not needed again: free it for the rest of the pack
     if result.ok:
         return tok, getattr(tok, "fastpath_note", None)
     if Backend.parse(backend) is not Backend.AUTO:
