@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from support.paths import CORPUS
-from tokenizer_testutil import TEXT, TRAIN, add_tokens, nfkc, train_bytelevel
+from tokenizer_testutil import ADVERSARIAL, TEXT, TRAIN, add_tokens, nfkc, train_bytelevel
 from tokenizers import AddedToken, normalizers
 
 from shardkit.errors import TokenizerError
@@ -23,16 +23,6 @@ from shardkit.tokenizers import (
     load_tokenizer_checked,
 )
 from shardkit.tokenizers import spec as spec_mod
-
-# the adversarial set: special-token text, empty documents, 1 MB without a space, 500k digits,
-# emoji/CJK/ZWJ sequences, control characters, whitespace runs
-ADVERSARIAL = [
-    "<|endoftext|>", "text<|endoftext|>more <|endoftext|>", "<|endoftext", "|endoftext|>", "", "", " ",
-    "a" * 1_000_000, "é" * 300_000, "9" * 500_000, "1" + "0" * 10_000,
-    "👨\u200d👩\u200d👧\u200d👦👩🏽\u200d💻🏳️\u200d🌈 " * 200, "中文文本和日本語のテキスト、한국어 " * 300,
-    "".join(map(chr, range(32))) + "\x7f\x85\u2028\u2029", "\r\n" * 5000, " " * 10_000 + "x", "\t \n" * 3000,
-    "e\u0301" * 2000, "\ufeffBOM then text", "'s'S'll'LL'd 'tis ’tis", "x" * 70_000 + " y" * 10,
-]
 
 
 def _paragraph_docs() -> list[str]:
