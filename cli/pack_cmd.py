@@ -38,8 +38,9 @@ def _shard_size(ctx, param, value):
 @click.option("-t", "--tokenizer", default=None,
               help="Required. A tokenizer.json path (or its directory), a Hugging Face name cached locally "
                    "('gpt2'), 'tiktoken:FILE', a SentencePiece .model, or 'bytes' for raw UTF-8 bytes.")
-@click.option("--tokenizer-backend", type=click.Choice(["auto", "hf", "tiktoken"]), default="auto",
-              show_default=True, help="auto: tiktoken fast path when exactly equivalent, else tokenizers.")
+@click.option("--tokenizer-backend", type=click.Choice(["auto", "hf", "tiktoken", "fastokens"]), default="auto",
+              show_default=True, help="auto: the fastest backend found exact (fastokens, the tiktoken fast path), "
+                                      "else tokenizers.")
 @click.option("-w", "--workers", type=click.IntRange(min=0), default=0, help="Tokenizer processes (0 = one per core).")
 @click.option("--shard-size", default="1GiB", show_default=True, callback=_shard_size,
               help="Roll over to a new shard at this size: bytes ('1GiB', '256MB') or tokens ('500M tokens').")

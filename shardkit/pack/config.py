@@ -42,8 +42,8 @@ class TokenizeOptions:
     prepend_bos: bool = False
 
     def __post_init__(self) -> None:
-        if self.backend not in ("auto", "hf", "tiktoken"):
-            raise ConfigError(f"tokenizer backend must be auto, hf or tiktoken, got {self.backend!r}")
+        if self.backend not in ("auto", "hf", "tiktoken", "fastokens"):
+            raise ConfigError(f"tokenizer backend must be auto, hf, tiktoken or fastokens, got {self.backend!r}")
 
 
 @dataclass(frozen=True, kw_only=True)

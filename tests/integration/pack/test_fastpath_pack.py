@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from support.dataset_bytes import assert_same_dataset
 from unit.tokenizers.tokenizer_testutil import train_bytelevel
 
 from shardkit.format import open_dataset
@@ -25,14 +26,43 @@ def bpe(tmp_path_factory):
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_fast_path_packs_the_same_tokens_as_tokenizers(small_corpus, tmp_path, bpe, workers):
+def test_fast_backends_pack_the_same_bytes_as_tokenizers(small_corpus, tmp_path, bpe, workers):
     corpus, _ = small_corpus
-    fast = _pack(corpus, tmp_path / "fast", bpe, "auto", workers)
     ref = _pack(corpus, tmp_path / "ref", bpe, "hf", workers)
-    assert fast.tokenizer_backend == "tiktoken" and fast.tokenizer_note is None
     assert ref.tokenizer_backend == "hf"
-    assert fast.fingerprint == ref.fingerprint
-    assert np.array_equal(_tokens(tmp_path / "fast"), _tokens(tmp_path / "ref"))
+    for backend, runs in (("auto", "fastokens"), ("fastokens", "fastokens"), ("tiktoken", "tiktoken")):
+        fast = _pack(corpus, tmp_path / backend, bpe, backend, workers)
+        assert fast.tokenizer_backend == runs and fast.tokenizer_note is None
+        assert fast.manifest.created["tokenizer_backend"] == runs  # the summary, not the data:
+        assert fast.fingerprint == ref.fingerprint
+        assert_same_dataset(tmp_path / backend, tmp_path / "ref")
+        assert np.array_equal(_tokens(tmp_path / backend), _tokens(tmp_path / "ref"))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_mismatching_fastokens_falls_over_before_anything_is_written(small_corpus, tmp_path, bpe, monkeypatch,
+                                                                       workers):
+    """A real fastokens backend with a deliberate bug, passing the load-time probe, caught on real input."""
+    import shardkit.tokenizers.spec as spec_mod
+    from shardkit.tokenizers import FastokensTokenizer
+
+    class WrongOnDigits(FastokensTokenizer):  # wrong only on text the probes lack: "document 17: ..."
+        def encode_batch(self, texts):
+            ids, lengths = super().encode_batch(texts)
+            if any(t.startswith("document ") for t in texts):
+                ids = ids.copy()
+                ids[0] = (ids[0] + 1) % self.spec.vocab_size
+            return ids, lengths
+
+    monkeypatch.setattr(spec_mod, "FastokensTokenizer", WrongOnDigits)
+    corpus, _ = small_corpus
+    res = _pack(corpus, tmp_path / "fb", bpe, "auto", workers)
+    assert res.tokenizer_backend == "tiktoken"
+    assert res.tokenizer_note.startswith("fastokens backend disagrees with tokenizers at text 0, token 0")
+    assert res.tokenizer_note.endswith("using the tiktoken fast path")
+    ref = _pack(corpus, tmp_path / "ref", bpe, "hf", 1)
+    assert res.fingerprint == ref.fingerprint
+    assert_same_dataset(tmp_path / "fb", tmp_path / "ref")
 
 
 @pytest.mark.parametrize("workers", [1, 2])

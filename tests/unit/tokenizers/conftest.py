@@ -6,7 +6,7 @@ import pytest
 from support.paths import GPT2_JSON
 from tokenizer_testutil import train_bytelevel
 
-from shardkit.tokenizers import load_tokenizer
+from shardkit.tokenizers import fastokens_backend, load_tokenizer
 
 
 @pytest.fixture(scope="session")
@@ -18,10 +18,18 @@ def gpt2_path():
 
 @pytest.fixture(scope="session")
 def gpt2_pair(gpt2_path):
-    """(fast path, tokenizers) for the GPT-2 file, loaded once."""
-    return load_tokenizer(str(gpt2_path)), load_tokenizer(str(gpt2_path), backend="hf")
+    """(tiktoken fast path, tokenizers) for the GPT-2 file, loaded once."""
+    return load_tokenizer(str(gpt2_path), backend="tiktoken"), load_tokenizer(str(gpt2_path), backend="hf")
 
 
 @pytest.fixture(scope="session")
 def tiny_json(tmp_path_factory):
     return train_bytelevel(tmp_path_factory.mktemp("tiny") / "tiny.json")
+
+
+@pytest.fixture(scope="module")
+def without_fastokens():
+    """`auto` as on a platform without a fastokens wheel: for tests of the tiktoken fast path's choices."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fastokens_backend, "fastokens", None)
+        yield

@@ -20,6 +20,9 @@ from shardkit.tokenizers import (
     load_tokenizer,
 )
 
+# these tests are about the tiktoken fast path and its fallbacks: `auto` as without fastokens
+pytestmark = pytest.mark.usefixtures("without_fastokens")
+
 EXTRA = ["unseen wörds 42 <|endoftext|> more", "", " ", "\r\n\r\n  x", "🙂" * 5, "<tool><tool>x</tool>"]
 
 

@@ -13,13 +13,16 @@ from support.paths import CORPUS
 from tokenizer_testutil import TEXT, edit_json, split_pre_tokenizer, tiktoken_style_merges
 
 from shardkit.tokenizers import (
+    FastokensTokenizer,
     FastPathRefused,
+    HFTokenizer,
     TiktokenTokenizer,
     compare,
     compare_backends,
     compile_tiktoken,
     load_tokenizer,
 )
+from shardkit.tokenizers.selfcheck import probe_texts
 
 SHAKESPEARE = CORPUS / "tinyshakespeare" / "input.txt"
 WIKI = CORPUS / "wikitext-2-raw" / "wiki.test.raw"
@@ -61,12 +64,14 @@ def test_fast_path_equals_hf_on_any_text(gpt2_pair, texts):
 
 def test_llama3_style_split_pretokenizer_is_exact(tmp_path, gpt2_path):
     path = edit_json(gpt2_path, tmp_path / "llama3-style.json", pre_tokenizer=split_pre_tokenizer())
-    fast, hf = load_tokenizer(str(path)), load_tokenizer(str(path), backend="hf")
-    assert isinstance(fast, TiktokenTokenizer)
+    hf = load_tokenizer(str(path), backend="hf")
     text = SHAKESPEARE.read_text(encoding="utf-8")[:200_000]
-    assert compare(fast, hf, [text, "Numbers 1234567 and CAPS'S\r\n\r\n  end", "🙂👍🏽 e\u0301\u00a0x"]) is None
-    # the regex really is different from GPT-2's: digits are cut in threes
-    assert len(fast.encode_batch(["1234567"])[0]) == 3
+    for backend, kind in (("tiktoken", TiktokenTokenizer), ("fastokens", FastokensTokenizer)):
+        fast = load_tokenizer(str(path), backend=backend)
+        assert isinstance(fast, kind)
+        assert compare(fast, hf, [text, "Numbers 1234567 and CAPS'S\r\n\r\n  end", "🙂👍🏽 e\u0301\u00a0x"]) is None
+        # the regex really is different from GPT-2's: digits are cut in threes
+        assert len(fast.encode_batch(["1234567"])[0]) == 3
 
 
 def test_tiktoken_converted_style_file_is_exact(tmp_path, gpt2_path, gpt2_pair):
@@ -75,11 +80,13 @@ def test_tiktoken_converted_style_file_is_exact(tmp_path, gpt2_path, gpt2_pair):
     vocab = {t: i for t, i in doc["model"]["vocab"].items() if t != "<|endoftext|>"}
     path = edit_json(gpt2_path, tmp_path / "converted.json", model_merges=tiktoken_style_merges(vocab),
                      model_ignore_merges=True, pre_tokenizer=split_pre_tokenizer())
-    fast, hf = load_tokenizer(str(path)), load_tokenizer(str(path), backend="hf")
-    assert isinstance(fast, TiktokenTokenizer)
+    hf = load_tokenizer(str(path), backend="hf")
     runs = [c * n for c in " =-.a\n" for n in range(1, 40)]
     text = SHAKESPEARE.read_text(encoding="utf-8")[:200_000]
-    assert compare(fast, hf, [text, *runs]) is None
+    for backend, kind in (("tiktoken", TiktokenTokenizer), ("fastokens", FastokensTokenizer)):
+        fast = load_tokenizer(str(path), backend=backend)
+        assert isinstance(fast, kind)
+        assert compare(fast, hf, [text, *runs]) is None
     # the same merges without ignore_merges: tie-breaking could differ, so refused
     strict = edit_json(path, tmp_path / "strict.json", model_ignore_merges=False)
     with pytest.raises(FastPathRefused, match="break rank ties differently"):
@@ -88,7 +95,9 @@ def test_tiktoken_converted_style_file_is_exact(tmp_path, gpt2_path, gpt2_pair):
 
 def test_compare_backends_reports_ok(gpt2_path):
     result = compare_backends(str(gpt2_path), ["Hello world", "<|endoftext|> inside a document"])
-    assert result.ok and result.texts == 3 and "matches tokenizers" in result.describe()
+    probes = probe_texts(HFTokenizer(str(gpt2_path)))
+    assert "a<|endoftext|>b <|endoftext|><|endoftext|>" in probes
+    assert result.ok and result.texts == 2 + len(probes) and "tiktoken fast path matches tokenizers" in result.describe()
 
 
 def test_tiktoken_ranks_file_matches_fast_path(tmp_path, gpt2_pair):

@@ -17,6 +17,9 @@ from shardkit.tokenizers import (
     load_tokenizer_checked,
 )
 
+# these tests are about the tiktoken fast path and its fallbacks: `auto` as without fastokens
+pytestmark = pytest.mark.usefixtures("without_fastokens")
+
 
 class _OffByOne:
     """A tokenizer that agrees with `inner` except that it bumps one id of text 1."""

@@ -30,7 +30,7 @@ def _thread_counts(path, backend, threads):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts threads through /proc")
 def test_threads_1_starts_no_thread_pool(tiny_json):
-    for backend in ("hf", "tiktoken"):
+    for backend in ("hf", "tiktoken", "fastokens"):
         before, after = _thread_counts(tiny_json, backend, 1)
         assert after == before, backend
 

@@ -18,6 +18,16 @@ TRAIN = ["The quick brown fox jumps over the lazy dog.", "Hello world, hello tok
 PIECES = st.sampled_from([" ", "  ", "   ", "\t", "\n", "\r\n", "\r\n\r\n", " \n ", "\u00a0", "\u3000", "\u2028",
                           "0", "123", "4567890", "'s", "'LL", "’t", "e\u0301", "\u0301", "🙂", "👍🏽", "日本",
                           "<|endoftext|>", "<|endoftext", "<tool>", "Hello", " world", "ǅ", "ﬁ", "\x00"])
+# adversarial documents: special-token text, empty documents, 1 MB without a space, 500k digits,
+# emoji/CJK/ZWJ sequences, control characters, whitespace runs
+ADVERSARIAL = [
+    "<|endoftext|>", "text<|endoftext|>more <|endoftext|>", "<|endoftext", "|endoftext|>", "", "", " ",
+    "a" * 1_000_000, "é" * 300_000, "9" * 500_000, "1" + "0" * 10_000,
+    "👨\u200d👩\u200d👧\u200d👦👩🏽\u200d💻🏳️\u200d🌈 " * 200, "中文文本和日本語のテキスト、한국어 " * 300,
+    "".join(map(chr, range(32))) + "\x7f\x85\u2028\u2029", "\r\n" * 5000, " " * 10_000 + "x", "\t \n" * 3000,
+    "e\u0301" * 2000, "\ufeffBOM then text", "'s'S'll'LL'd 'tis ’tis", "x" * 70_000 + " y" * 10,
+]
+
 TEXT = st.lists(PIECES | st.text(st.characters(codec="utf-8"), max_size=12), max_size=12).map("".join)
 
 
