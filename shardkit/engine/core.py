@@ -142,7 +142,15 @@ class Engine:
 
     def iter_units(self, first: int, *, stride: int = 1, run: int = 1, stop: int | None = None,
                    fields: BatchFields | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
-        """(item index, item) for items `item_sequence(first, stride, run)` below `stop` and the end of data.
+        """(item index, item) for items `item_sequence(first, stride, run)` below `stop` and the end of data
+        (see `items`)."""
+        for u, _, _, _, item in self.items(first, stride=stride, run=run, stop=stop, fields=fields):
+            yield u, item
+
+    def items(self, first: int, *, stride: int = 1, run: int = 1, stop: int | None = None,
+              fields: BatchFields | None = None) -> Iterator[tuple[int, int, int, int, dict[str, Any]]]:
+        """(item index, batch, micro, micro-batches in the batch, item) for items `item_sequence(first, stride,
+        run)` below `stop` and the end of data.
 
         stride=1: every item from `first`; stride=k: every k-th (worker w of k); run=g with stride=g·k: runs of
         g consecutive items, every k-th run (workers that ship groups of g items). `fields` overrides the
@@ -185,7 +193,7 @@ class Engine:
 
     def _materialise(self, phase: int, units: np.ndarray, batches: np.ndarray, micros: np.ndarray,
                      lo: np.ndarray, hi: np.ndarray, sizes: np.ndarray, per: np.ndarray, fields: BatchFields
-                     ) -> Iterator[tuple[int, dict[str, Any]]]:
+                     ) -> Iterator[tuple[int, int, int, int, dict[str, Any]]]:
         """Rows [lo, hi) (phase positions) of each item, computed for the whole chunk, copied slab by slab."""
         p = self.plan.phases.phases[phase]
         width = p.seq_len + 1
@@ -217,17 +225,21 @@ class Engine:
         slab_bounds = bounds[np.append(starts_slab, units.size)].tolist()
         per_item = np.bincount(np.repeat(np.arange(units.size) * len(self.plan.names), counts) + rows.src,
                                minlength=units.size * len(self.plan.names)).reshape(units.size, -1)
-        metrics = self.metrics
-        metrics.open_chunk(phase, per_item)
-        record = metrics.steps.record_step
-        epochs_first = rows.epochs[first_rows].tolist() if rows.size else []
+        epochs_first = rows.epochs[first_rows] if rows.size else np.zeros(0, np.int64)
+        reads = (epochs_first, bounds, micros == 0, blocks, row_bytes, self._num_blocks)
+        delivered = self.metrics.open_chunk(phase, per_item, reads)  # [items handed out]: one store per item
         plain = not fields.needs_docs and not fields.loss_mask
         tokens_only = fields.tokens_only
         label = self.label_sources
+        name = p.name
+        src = rows.src
         bl = bounds.tolist()
         enter_at = [(int(np.searchsorted(bounds, r, side="right")) - 1, key, e, g) for r, key, e, g in entering]
+        enter_at.append((units.size, None, 0, 0))  # a sentinel: no test of the list's length per item
         next_enter = 0
+        enter_item = enter_at[0][0]
         prepared = self.gather.chunk(rows, slab_bounds, width)
+        next_slab_of = prepared.slab if prepared is not None else (lambda a, z: self.gather.slab(rows, a, z, width))
         slab: np.ndarray | None = None
         slab_base = slab_end = 0
         next_slab = 0
@@ -241,27 +253,26 @@ class Engine:
                 hinted_upto = stop
             if z > slab_end:  # item i starts the next slab
                 slab_base, slab_end = slab_bounds[next_slab], slab_bounds[next_slab + 1]
-                slab = prepared.slab(slab_base, slab_end) if prepared is not None else \
-                    self.gather.slab(rows, slab_base, slab_end, width)
+                slab = next_slab_of(slab_base, slab_end)
                 next_slab += 1
-            while next_enter < len(enter_at) and enter_at[next_enter][0] <= i:
+            while enter_item <= i:
                 _, key, e, g = enter_at[next_enter]
                 self.hints[key].enter(e, g)
                 next_enter += 1
+                enter_item = enter_at[next_enter][0]
             tokens = slab[a - slab_base:z - slab_base]  # type: ignore[index]
-            record(epochs_first[i], blocks, a, z, row_bytes, self._num_blocks)
-            metrics.pending = i + 1
+            delivered[0] = i + 1
             if plain:  # the common case, without a call per field
                 out = {"tokens": tokens} if tokens_only else {"input_ids": tokens[:, :-1], "labels": tokens[:, 1:]}
             else:
                 out = self._fields(rows, a, z, tokens, p.seq_len, fields)
             if label:
-                out["source"] = rows.src[a:z]
-                out["phase"], out["phase_name"] = phase, p.name
-            out["batch_index"], out["global_batch_size"] = b, size
-            out["micro_index"], out["num_micro"] = k, (share // m if m else 1)
-            yield u, out
-        metrics.close_chunk()
+                out["source"] = src[a:z]
+                out["phase"], out["phase_name"] = phase, name
+            nm = share // m if m else 1
+            out["batch_index"], out["global_batch_size"], out["micro_index"], out["num_micro"] = b, size, k, nm
+            yield u, b, k, nm, out
+        self.metrics.close_chunk()
 
     def _rows_ahead(self, rows: Any) -> int:
         """Rows of this rank to hint ahead of delivery: two shuffle groups' share (8 MiB of rows for full or
@@ -281,25 +292,32 @@ class Engine:
                                                                    np.ndarray]:
         """(group entries (row, stream key, epoch, group) in row order, each row's global shuffle block)."""
         entries: list[tuple[int, tuple[int, int], int, int]] = []
-        blocks = np.empty(rows.size, dtype=np.int64)
         single = len(rows.streams) == 1
+        blocks = None if single else np.empty(rows.size, dtype=np.int64)
         for j, stream in rows.streams.items():
             key = (j, seq_len)
-            sel = np.arange(rows.size) if single else np.flatnonzero(rows.src == j)
+            sel = None if single else np.flatnonzero(rows.src == j)
             order = stream.order
-            blocks[sel] = rows.ids[sel] // order.block + self._block_base[key]
-            if not sel.size or order.mode is ShuffleMode.FULL:
+            ids = rows.ids if sel is None else rows.ids[sel]
+            part = ids // order.block
+            part += self._block_base[key]
+            if blocks is None:
+                blocks = part
+            else:
+                blocks[sel] = part
+            if not ids.size or order.mode is ShuffleMode.FULL:
                 continue
-            epochs = rows.epochs[sel]
-            gk = epochs * order.num_groups + order.group_of_position(rows.within[sel])
+            epochs = rows.epochs if sel is None else rows.epochs[sel]
+            gk = order.group_of_position(rows.within if sel is None else rows.within[sel])
+            gk += epochs * order.num_groups
             cur = self.hints[key].current
             prev = cur[0] * order.num_groups + cur[1] if cur is not None else -1
             change = np.flatnonzero(np.diff(gk, prepend=prev) != 0)
             for c in change.tolist():
                 g = int(gk[c])
-                entries.append((int(sel[c]), key, g // order.num_groups, g % order.num_groups))
+                entries.append((c if sel is None else int(sel[c]), key, g // order.num_groups, g % order.num_groups))
         entries.sort()
-        return entries, blocks
+        return entries, blocks if blocks is not None else np.zeros(0, np.int64)
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     def close(self) -> None:

@@ -193,10 +193,11 @@ class StreamFacade:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         """This rank's items from the current position on; the position follows what was handed out."""
         engine = self.engine
-        for _, item in engine.iter_units(self.unit_index(self._batch, self._micro)):
-            k = item["micro_index"]
-            self._batch, self._micro = (item["batch_index"], k + 1) if k + 1 < item["num_micro"] else \
-                (item["batch_index"] + 1, 0)
+        for _, b, k, nm, item in engine.items(self.unit_index(self._batch, self._micro)):
+            if k + 1 < nm:
+                self._batch, self._micro = b, k + 1
+            else:
+                self._batch, self._micro = b + 1, 0
             yield item
         self._after_end()
 

@@ -62,20 +62,22 @@ class Gather:
         """The chunk's slabs prepared at once, or None when they must be gathered one by one (`slab`)."""
         if self.gates or len(self._dtypes) > 1 or not rows.size:
             return None
-        shards = np.unique(rows.gid).tolist()
-        if len(shards) > max(1, self.mapper.budget // 2 - 1):
+        lo, hi = int(rows.gid.min()), int(rows.gid.max())
+        shards = [lo] if lo == hi else np.unique(rows.gid).tolist()
+        k = len(shards)
+        if k > max(1, self.mapper.budget // 2 - 1):
             return None
         held = self.mapper.hold(shards)
-        slab_of = np.repeat(np.arange(len(slab_bounds) - 1), np.diff(slab_bounds))
-        pairs = np.unique(slab_of * len(shards) + np.searchsorted(np.asarray(shards), rows.gid))
-        per_slab = np.split(pairs % len(shards), np.searchsorted(pairs, np.arange(1, len(slab_bounds) - 1) *
-                                                                    len(shards)))
-        if len(held) == 1:
-            view, index = held[0].rows(width), rows.local
+        if k == 1:
+            view, index, present = held[0].rows(width), rows.local, None
         else:
             view, index = self._view(shards, held, rows.gid, rows.local, width)
+            # which shards each slab touches: one bincount over (slab, shard) pairs, no sort
+            slab_of = np.repeat(np.arange(len(slab_bounds) - 1), np.diff(slab_bounds))
+            pairs = slab_of * k + np.searchsorted(np.asarray(shards), rows.gid)
+            present = np.bincount(pairs, minlength=(len(slab_bounds) - 1) * k).reshape(-1, k) > 0
         crossing = None if rows.inside.all() else ~rows.inside
-        return _Chunk(self, shards, held, [p.tolist() for p in per_slab], view, index, crossing, rows, width)
+        return _Chunk(self, shards, held, present, view, index, crossing, rows, width)
 
     def _wait(self, rows: Rows, a: int, z: int, width: int) -> None:
         src = rows.src[a:z]
@@ -162,18 +164,38 @@ class Gather:
 class _Chunk:
     """A chunk's slabs with the shards held, the view built and every row's index in it computed."""
 
-    def __init__(self, gather: Gather, shards: list[int], held: list[Mapping], per_slab: list[list[int]],
+    def __init__(self, gather: Gather, shards: list[int], held: list[Mapping], present: np.ndarray | None,
                  view: np.ndarray, index: np.ndarray, crossing: np.ndarray | None, rows: Rows, width: int) -> None:
         self.gather, self.held, self.view, self.rows, self.width = gather, held, view, rows, width
-        self.checks = [[(held[k], gather.mapper.shard(shards[k])) for k in ks] for ks in per_slab]
+        self.checks = [(m, gather.mapper.shard(g)) for m, g in zip(held, shards)]
+        # per slab, a bit mask of the shards it touches (None: the chunk has one shard); a mask's checks are
+        # made once per chunk (most slabs of a chunk touch the same few shards)
+        if present is not None and len(shards) <= 62:
+            self.masks = (present.astype(np.int64) << np.arange(len(shards), dtype=np.int64)).sum(axis=1).tolist()
+        else:
+            self.masks = None
+        self._by_mask: dict[int, list[tuple[Mapping, Any]]] = {}
+        self.present = present
         self.index = index
         self.crossing = crossing if crossing is not None and crossing.any() else None
         self._next = 0
 
     def slab(self, a: int, z: int) -> np.ndarray:
         """Rows [a, z) of the chunk, the next slab: bounds checks of the shards it touches, one copy."""
-        for m, shard in self.checks[self._next]:
+        if self.present is None:
+            m, shard = self.checks[0]
             m.check_intact(shard)  # one fstat: a truncated file raises instead of SIGBUS
+        elif self.masks is not None:
+            mask = self.masks[self._next]
+            checks = self._by_mask.get(mask)
+            if checks is None:
+                checks = self._by_mask[mask] = [c for k, c in enumerate(self.checks) if mask >> k & 1]
+            for m, shard in checks:
+                m.check_intact(shard)
+        else:
+            for k in np.flatnonzero(self.present[self._next]).tolist():
+                m, shard = self.checks[k]
+                m.check_intact(shard)
         self._next += 1
         cross = None if self.crossing is None else np.flatnonzero(self.crossing[a:z])
         if cross is None or not cross.size:

@@ -24,7 +24,7 @@ __all__ = ["LoaderMetrics"]
 
 @dataclass
 class LoaderMetrics:
-    """`to_json()` gives what `shardkit stream` prints; `reads.record_step` and `pending` are the per-item part."""
+    """`to_json()` gives what `shardkit stream` prints; `steps.record_step` is the per-item part."""
 
     plan: PhasePlan
     cursor: Cursor
@@ -40,31 +40,51 @@ class LoaderMetrics:
 
     def __post_init__(self) -> None:
         # rows this process delivered, per phase and source: finished chunks, plus the open chunk's first
-        # `pending` batches (the loader bumps one int per batch; the sums are done here, when read)
+        # items delivered since it opened (counted by `steps`; the sums are done here, when read)
         self.rows = np.zeros((len(self.plan.phases), len(self.plan.sources)), dtype=np.int64)
         self.batches = 0
-        self.pending = 0
+        self._handed = [0]  # items of the open chunk handed out (the engine stores into it per item)
+        self._reads: tuple[Any, ...] | None = None
+        self._flushed = 0
         self._open: tuple[int, np.ndarray] | None = None
         if self.steps is None:
             self.steps = ReadMetrics()
 
-    def open_chunk(self, phase: int, per_batch: np.ndarray) -> None:
-        """A chunk of batches starts: `per_batch[i]` = rows of each source in its i-th batch."""
+    def open_chunk(self, phase: int, per_batch: np.ndarray, reads: tuple[Any, ...] | None = None) -> list[int]:
+        """A chunk of items starts: `per_batch[i]` = rows of each source in its i-th item; `reads` is what
+        `ReadMetrics.record_items` needs for it (epochs, bounds, counted, blocks, row bytes, blocks in all).
+        Returns the one-element list the engine stores the number of items handed out into: nothing else
+        is done per item, the counts are made when read or when the chunk closes."""
         self.close_chunk()
-        self._open, self.pending = (phase, per_batch), 0
+        self._open, self._handed, self._reads, self._flushed = (phase, per_batch), [0], reads, 0
+        return self._handed
+
+    def flush(self) -> None:
+        """Count the open chunk's items handed out since the last flush into `steps`."""
+        if self._open is not None and self._reads is not None and self._handed[0] > self._flushed:
+            self.steps.record_items(*self._reads, self._flushed, self._handed[0])
+            self._flushed = self._handed[0]
+
+    @property
+    def pending(self) -> int:
+        """Items of the open chunk delivered so far."""
+        return self._handed[0] if self._open is not None else 0
 
     def close_chunk(self) -> None:
-        if self._open is not None and self.pending:
+        self.flush()
+        pending = self.pending
+        if self._open is not None and pending:
             phase, per_batch = self._open
-            self.rows[phase] += per_batch[:self.pending].sum(axis=0)
-            self.batches += self.pending
-        self._open, self.pending = None, 0
+            self.rows[phase] += per_batch[:pending].sum(axis=0)
+            self.batches += pending
+        self._open = None
 
     def _delivered(self) -> tuple[np.ndarray, int]:
         rows, batches = self.rows.copy(), self.batches
-        if self._open is not None and self.pending:
-            rows[self._open[0]] += self._open[1][:self.pending].sum(axis=0)
-            batches += self.pending
+        pending = self.pending
+        if self._open is not None and pending:
+            rows[self._open[0]] += self._open[1][:pending].sum(axis=0)
+            batches += pending
         return rows, batches
 
     def to_json(self, batch: int | None = None) -> dict[str, Any]:
@@ -96,6 +116,7 @@ class LoaderMetrics:
                 "groups_entered": sum(r.groups_entered for r in reads),
                 "bytes_prefetched": sum(r.bytes_prefetched for r in reads),
             }
+        self.flush()
         out: dict[str, Any] = self.steps.to_json()
         out.update({
             "batch": b,

@@ -173,14 +173,14 @@ class Plan:
         """Rows at phase positions `positions` (ascending runs) of phase `phase`."""
         p = self.phases.phases[phase]
         length = p.seq_len
-        if self.single[phase]:
+        if self.single[phase]:  # one source: no interleave, its counter is the position in the phase
             j = int(self._phase_sources[phase][0])
             src = np.full(positions.size, j, dtype=np.int64)
-            counter = positions + int(self.phases.counters_at_start(phase)[j])
+            pos = positions + (int(self.phases.counters_at_start(phase)[j]) + int(self.cursor.bases[phase][j]))
         else:
             src, counter = self.phases.assign_positions(phase, positions)
             src, counter = np.asarray(src, np.int64), np.asarray(counter, np.int64)
-        pos = self.cursor.positions(phase, src, counter)
+            pos = self.cursor.positions(phase, src, counter)
         n = pos.size
         ids, epochs, within = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
         gid, local = np.empty(n, np.int64), np.empty(n, np.int64)

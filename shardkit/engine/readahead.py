@@ -114,6 +114,27 @@ class ReadMetrics:
         self._pending = (blocks, lo, hi) if pending is None else (blocks, pending[1], hi)
         self.epoch_bytes += self.step_bytes
 
+    def record_items(self, epochs: np.ndarray, bounds: np.ndarray, counted: np.ndarray, blocks: np.ndarray,
+                     row_bytes: int, num_blocks: int, first: int, stop: int) -> None:
+        """Count items [first, stop) of a planned chunk at once: item i is rows [bounds[i], bounds[i+1]) of
+        `blocks`, in epoch `epochs[i]`; `counted[i]` says whether it is a step (a batch's first item)."""
+        if stop <= first:
+            return
+        self._flush()
+        cuts = (np.flatnonzero(np.diff(epochs[first:stop])) + 1 + first).tolist()
+        for s, e in zip([first, *cuts], [*cuts, stop]):
+            epoch, lo, hi = int(epochs[s]), int(bounds[s]), int(bounds[e])
+            if epoch != self.epoch:
+                self.epoch, self.epoch_bytes = epoch, 0
+                self._epoch_map = np.zeros(num_blocks, dtype=bool)
+            self._epoch_map[blocks[lo:hi]] = True
+            self.bytes_copied += (hi - lo) * row_bytes
+            self.epoch_bytes += (hi - lo) * row_bytes
+        self.steps += int(counted[first:stop].sum())
+        lo, hi = int(bounds[stop - 1]), int(bounds[stop])
+        self.step_bytes = (hi - lo) * row_bytes
+        self._last = (blocks, lo, hi)
+
     def _flush(self) -> None:
         if self._pending is not None:
             blocks, lo, hi = self._pending
