@@ -186,7 +186,8 @@ class Plan:
         gid, local = np.empty(n, np.int64), np.empty(n, np.int64)
         inside = np.empty(n, bool)
         streams: dict[int, Stream] = {}
-        present = [int(src[0])] if self.single[phase] else np.unique(src).tolist()
+        present = [int(src[0])] if self.single[phase] else \
+            np.flatnonzero(np.bincount(src, minlength=len(self.names))).tolist()
         for j in present:
             stream = streams[j] = self.streams[(j, length)]
             sel = slice(None) if len(present) == 1 else np.flatnonzero(src == j)

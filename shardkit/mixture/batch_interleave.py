@@ -421,8 +421,10 @@ class BatchInterleave:
         batches = np.asarray(self.schedule.batch_at_sample(flat), dtype=np.int64)
         within = flat - np.asarray(self.schedule.start(batches), dtype=np.int64)
         step = np.diff(batches)
-        if bool((step >= 0).all()):  # ascending (every chunk a loader plans): distinct batches without a sort
+        ascending = bool((step >= 0).all())
+        if ascending:  # every chunk a loader plans: distinct batches, and each position's, without a sort
             uniq = batches[np.concatenate(([0], np.flatnonzero(step) + 1))]
+            index_of = np.concatenate(([0], np.cumsum(step != 0)))
         else:
             uniq = np.unique(batches)
         self._stage(int(uniq[-1]))  # past the end of the phase: the same error as `assign`
@@ -448,7 +450,7 @@ class BatchInterleave:
                 src[sel] = rows_source
                 cnt[sel] = before[sel][:, rows_source] + rows_rank
             if ub.size == uniq.size:  # one stage: every position is in it
-                at = np.searchsorted(ub, batches)
+                at = index_of if ascending else np.searchsorted(ub, batches)
                 source, counter = src[at, within], cnt[at, within]
                 continue
             mine = (batches >= ub[0]) & (batches <= ub[-1])
