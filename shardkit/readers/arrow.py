@@ -74,13 +74,17 @@ def read_arrow(file: InputFile, config: ReaderConfig, start: int = 0) -> Iterato
     with ExitStack() as stack:
         opened = _open(url, stack)
         batches, schema = opened if isinstance(opened, tuple) else (opened, opened.schema)
-        text_type = _resolve(url, schema, field, "text")
+        try:
+            text_type = _resolve(url, schema, field, "text")
+            if id_path is not None:
+                _resolve(url, schema, id_path, "id")
+        except UnicodeDecodeError as e:  # a damaged schema: pyarrow decodes column names lazily
+            raise ReaderError(url, f"the file's schema is damaged (a column name is not UTF-8: {e.reason}); "
+                                   "re-export the file") from None
         binary = _is_binary(text_type)
         if not (binary or _is_text(text_type)):
             raise ReaderError(url, f"text column {field.path!r} has type {text_type}, expected a string column; "
                               "choose another with --text-field")
-        if id_path is not None:
-            _resolve(url, schema, id_path, "id")
         row = 0
         it = iter(batches)
         while True:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -141,6 +142,11 @@ def _same(loader: Loader, want: list[np.ndarray], start: int = 0, n: int | None 
     assert all(np.array_equal(x, y) for x, y in zip(got, want))
 
 
+def _free_bytes(path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
 @pytest.mark.parametrize("free", ["remount", "filler"])
 def test_a_full_cache_file_system_is_a_clear_error_and_streams_again_once_freed(remote, epoch, tmp_path, free):
     """remount: the failed dataset is closed, its cache checked, and a new loader opens it again;
@@ -162,6 +168,10 @@ def test_a_full_cache_file_system_is_a_clear_error_and_streams_again_once_freed(
             resize_tmpfs(fs, "16m")
         else:
             filler.unlink()
+            deadline = time.monotonic() + 10  # tmpfs frees an unlinked file's pages when its last user is gone
+            while _free_bytes(fs) < (4 << 20) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert _free_bytes(fs) >= (4 << 20), f"{_free_bytes(fs):,} bytes free after the filler was removed"
             _same(loader, epoch, start=n)  # the failed read is retried, the rest of the epoch follows
             loader.dataset.close()
         again = _loader(remote, cache)  # the same configuration, the same cache_dir: from the start

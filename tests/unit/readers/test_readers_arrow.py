@@ -105,3 +105,24 @@ def test_invalid_utf8_in_a_string_column_is_per_row(tmp_path):
     assert [r.text for r in strict] == ["good", None, "fine"]
     assert strict[1].error.startswith("invalid UTF-8 at byte 4 of field 'text'")
     assert [r.text for r in read_records(f, ReaderConfig(encoding_errors="replace"))][1] == "bad \ufffd byte"
+
+
+def test_a_damaged_column_name_is_a_reader_error(tmp_path):
+    """Found by the property test above (a byte of the schema flipped into invalid UTF-8)."""
+    import pyarrow as pa
+
+    path = tmp_path / "t.arrow"
+    table = pa.table({"text": ["a", "b"]})
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    raw = bytearray(path.read_bytes())
+    at = raw.index(b"text")
+    raw[at] = 0x80  # the column name is no longer UTF-8
+    path.write_bytes(bytes(raw))
+    from shardkit.errors import ReaderError
+    from shardkit.readers import ReaderConfig
+    from shardkit.readers.arrow import read_arrow
+    from shardkit.sources import InputFile
+
+    with pytest.raises(ReaderError, match="not UTF-8"):
+        list(read_arrow(InputFile(url=str(path), size=len(raw), source=str(path)), ReaderConfig()))
