@@ -8,7 +8,6 @@ mixture and ends with a table of what each source gave.
 from __future__ import annotations
 
 import json
-import os
 import warnings
 
 import click
@@ -17,11 +16,10 @@ from click.core import ParameterSource
 from shardkit.loader import Loader, MixtureLoader
 from shardkit.mixture import RecipeWarning
 from shardkit.order import Ramp
-from shardkit.remote import is_remote
 from shardkit.stream import StreamReport, stream
 from shardkit.units import human_count
 
-from .options import ByteSize, json_option, storage_option_flag
+from .options import ByteSize, check_dataset_arg, json_option, storage_option_flag
 from .progress import StatusLine
 
 _LOADER_ONLY = ("seq_len", "batch_size", "ramp", "seed", "shuffle", "max_epochs")  # the recipe sets these
@@ -57,10 +55,10 @@ def _ramp(ctx, param, value):
               help="torch DataLoader workers (needs torch).")
 @click.option("--max-epochs", type=click.IntRange(min=1), default=None)
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
-              help="Remote DATASET: the block cache directory [default: $SHARDKIT_REMOTE_CACHE_DIR, else "
+              help="A remote DATASET (or recipe source): the block cache directory [default: $SHARDKIT_REMOTE_CACHE_DIR, else "
                    "~/.cache/shardkit/remote].")
 @click.option("--cache-limit", type=ByteSize(), default=None,
-              help="Remote DATASET: the cache's size limit, e.g. 20GiB [default: $SHARDKIT_REMOTE_CACHE_LIMIT, "
+              help="A remote DATASET (or recipe source): the cache's size limit, e.g. 20GiB [default: $SHARDKIT_REMOTE_CACHE_LIMIT, "
                    "else 16GiB].")
 @storage_option_flag
 @json_option
@@ -74,21 +72,15 @@ def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, sh
     """
     if (dataset is None) == (recipe is None):
         raise click.UsageError("give either a DATASET directory or URL, or --recipe FILE (not both)")
-    remote = dataset is not None and is_remote(dataset)
-    if dataset is not None and not remote and not os.path.isdir(dataset):
-        raise click.BadParameter(f"{dataset!r} is not a directory (nor a remote URL such as s3://bucket/ds)",
-                                 param_hint="DATASET")
-    cache_flags = [f for f, v in (("--cache-dir", cache_dir), ("--cache-limit", cache_limit),
-                                  ("--storage-option", storage_options)) if v is not None]
-    if cache_flags and not remote:
-        raise click.UsageError(f"{cache_flags[0]} applies to a remote DATASET URL only")
+    remote = dataset is not None and check_dataset_arg(dataset, cache_dir, cache_limit, storage_options)
     if recipe is not None:
         given = [n for n in _LOADER_ONLY if ctx.get_parameter_source(n) is ParameterSource.COMMANDLINE]
         if given:
             flag = "--" + {"batch_size": "batch"}.get(given[0], given[0]).replace("_", "-")
             raise click.UsageError(f"{flag} does not apply with --recipe: the recipe sets it")
         _stream_recipe(recipe, strict=strict, steps=steps, start_step=start_step, rank=rank,
-                       world_size=world_size, workers=workers, as_json=as_json)
+                       world_size=world_size, workers=workers, as_json=as_json, cache_dir=cache_dir,
+                       cache_limit=cache_limit, storage_options=storage_options)
         return
     if strict:
         raise click.UsageError("--strict applies to --recipe only")
@@ -142,10 +134,12 @@ def _echo_summary(report: StreamReport) -> None:
                f"{report.seconds:.2f}s: {human_count(report.tokens_per_s)} tok/s")
 
 
-def _stream_recipe(recipe, *, strict, steps, start_step, rank, world_size, workers, as_json) -> None:
+def _stream_recipe(recipe, *, strict, steps, start_step, rank, world_size, workers, as_json, cache_dir=None,
+                   cache_limit=None, storage_options=None) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RecipeWarning)
-        loader = MixtureLoader(recipe, strict=strict, rank=rank, world_size=world_size)
+        loader = MixtureLoader(recipe, strict=strict, rank=rank, world_size=world_size, cache_dir=cache_dir,
+                               cache_limit=cache_limit, storage_options=storage_options)  # remote sources
         if start_step:
             loader.load_state_dict(loader.state_at(start_step))
         report = _run(loader, steps, workers, as_json)
