@@ -35,6 +35,7 @@ from .mixture.phases import Phase, PhasePlan
 from .mixture.recipe import MixtureWarning, Recipe, load_recipe
 from .mixture.sources import open_sources
 from .order import BatchSchedule, ShuffleMode, parse_schedule
+from .order._checks import positive_int
 from .remote.dataset import RemoteDataset, open_any
 
 __all__ = ["Loader", "LoaderConfig", "MixtureConfig", "MixtureLoader", "MixtureWarning"]
@@ -68,8 +69,7 @@ class LoaderConfig(ReadConfig):
     max_epochs: int | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len < 1:
-            raise ConfigError(f"seq_len must be a positive integer, got {self.seq_len!r}")
+        object.__setattr__(self, "seq_len", positive_int("seq_len", self.seq_len))
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 1 << 64:
             raise ConfigError(f"seed must be an integer in [0, 2**64), got {self.seed!r}")
         object.__setattr__(self, "batch_schedule", _schedule(self.batch_schedule))

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..distributed_env import detect_source, resolve_rank_world
 from ..errors import ConfigError
+from ..order._checks import positive_int
 from ..units import parse_bytes
 from .fields import BatchFields
 from .mapper import check_budget
@@ -31,11 +32,8 @@ def check_flag(name: str, value: Any) -> bool:
 
 
 def check_optional_positive(name: str, value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{name} must be a positive integer or None, got {value!r}")
-    return value
+    """None, or a positive integer (bools and floats refused, as everywhere in the order modules)."""
+    return None if value is None else positive_int(name, value)
 
 
 @dataclass(frozen=True)

@@ -108,10 +108,6 @@ class Engine:
         check_divisible(sizes, self.placement)
 
     # -- items ----------------------------------------------------------------------------------------------------
-    @property
-    def micro_batch_size(self) -> int | None:
-        return self.placement.micro_batch_size
-
     def _unit_rows(self) -> int:
         return self.placement.world_size * (self.placement.micro_batch_size or 0)
 
@@ -128,17 +124,13 @@ class Engine:
         per = self._unit_rows()
         samples = units * per
         batches = self.plan.batch_at_samples(samples)
-        starts = np.array([self.plan.samples_before(int(b)) for b in np.unique(batches).tolist()], np.int64)
-        first = starts[np.searchsorted(np.unique(batches), batches)]
-        return batches, (samples - first) // per
+        distinct, which = np.unique(batches, return_inverse=True)
+        starts = np.array([self.plan.samples_before(b) for b in distinct.tolist()], np.int64)
+        return batches, (samples - starts[which.reshape(-1)]) // per
 
     def unit_position(self, unit: int) -> tuple[int, int]:
         b, k = self.unit_positions(np.array([unit], dtype=np.int64))
         return int(b[0]), int(k[0])
-
-    def num_micro(self, batch: int) -> int:
-        size = self.plan.batch_size(batch) // self.placement.world_size
-        return size // self.placement.micro_batch_size if self.placement.micro_batch_size else 1
 
     def iter_units(self, first: int, *, stride: int = 1, run: int = 1, stop: int | None = None,
                    fields: BatchFields | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -326,10 +318,6 @@ class Engine:
         self.gather.forget()
         for gate in self._gates.values():
             gate.release()
-
-    @property
-    def threads_alive(self) -> int:
-        return int(self._worker.alive)
 
     def wait_hints(self) -> None:
         self._worker.wait()

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, IntegrityError
+from ..errors import ConfigError
 from ..format.dataset import Dataset, Shard
 
 __all__ = ["Mapper", "Mapping", "default_budget", "MIN_BUDGET"]
@@ -75,12 +75,8 @@ class Mapping:
 
     def check_intact(self, shard: Shard) -> None:
         """IntegrityError if the file shrank under the mapping (touching the lost pages would be SIGBUS)."""
-        if self.mm is not None and (size := self.mm.size()) < shard.entry.bin_bytes:
-            raise IntegrityError(shard.name, f"{shard.bin_path.name} shrank to {size:,} bytes while it was "
-                                             f"being read (the manifest records {shard.entry.bin_bytes:,}): the "
-                                             "dataset was modified under a running reader; restore it or re-pack",
-                                 byte_range=(size, shard.entry.bin_bytes),
-                                 expected=str(shard.entry.bin_bytes), actual=str(size))
+        if self.mm is not None:
+            shard.check_intact(self.mm)
 
 
 class Mapper:

@@ -17,7 +17,6 @@ handful of vectorised calls per source.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -109,7 +108,6 @@ class Plan:
         self.single = [len(p.mix) == 1 for p in phases.phases]
         self._phase_sources = [np.array([self.names.index(n) for n, _ in p.mix], np.int64) for p in phases.phases]
         self._first_batches = np.array([b.first_batch for b in phases.bounds], dtype=np.int64)
-        self._first_samples = np.array([b.first_sample for b in phases.bounds], dtype=np.int64)
         self.set_cursor(Cursor(phases))
 
     def _stream(self, j: int, src: SourceDef, length: int, gid_base: int) -> Stream:
@@ -156,17 +154,8 @@ class Plan:
         return self.cursor.global_samples_before(batch)
 
     def batch_at_samples(self, samples: np.ndarray) -> np.ndarray:
-        """The global batch holding each global sample (vectorised `Cursor.batch_at_global_sample`)."""
-        i = np.maximum(np.searchsorted(self._first_samples, samples, side="right") - 1, 0)
-        out = np.empty_like(samples)
-        for p in np.unique(i).tolist():
-            sel = i == p
-            b = self.phases.bounds[p]
-            local = self.phases.phases[p].batch.batch_at_sample(samples[sel] - b.first_sample)
-            out[sel] = b.first_batch + np.minimum(local, b.num_batches)
-        last = self.phases.bounds[-1]
-        out[samples >= last.first_sample + last.num_samples] = self.phases.num_batches
-        return out
+        """The global batch holding each global sample."""
+        return self.cursor.batch_at_global_samples(samples)
 
     # -- rows ----------------------------------------------------------------------------------------------------
     def rows(self, phase: int, positions: np.ndarray) -> Rows:
@@ -212,9 +201,6 @@ class Plan:
         loc = self.phases.locate(batch)
         size = int(self.phases.phases[loc.phase].batch.size(loc.batch))
         return self.rows(loc.phase, np.arange(loc.sample, loc.sample + size, dtype=np.int64))
-
-    def describe(self) -> dict[str, Any]:
-        return {"sources": list(self.names), "phases": [p.name for p in self.phases.phases], "end": self.end}
 
 
 def _sample_ids(order: SampleOrder, epochs: np.ndarray, within: np.ndarray) -> np.ndarray:

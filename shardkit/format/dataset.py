@@ -142,13 +142,14 @@ class Shard:
             check_index_header(self.entry, self.idx_path, self.dtype)
             self._header_ok = True
 
-    def check_intact(self) -> None:
+    def check_intact(self, mapping: mmap.mmap | None = None) -> None:
         """Raise IntegrityError if the mapped `.bin` shrank since it was mapped.
 
         Touching a mapped page past the end of a truncated file kills the process with SIGBUS, which no
-        Python code can catch; readers call this (one fstat) before copying from the mapping.
+        Python code can catch; readers call this (one fstat) before copying from the mapping. `mapping`:
+        a `map_bin()` result (the read engine's); default this shard's own cached mapping.
         """
-        mm = self.__dict__.get("mmap")  # a shard not mapped yet is size-checked when it is mapped
+        mm = self.__dict__.get("mmap") if mapping is None else mapping  # not mapped yet: checked when mapped
         if mm is not None and (size := mm.size()) < self.entry.bin_bytes:
             raise IntegrityError(self.name, f"{self.bin_path.name} shrank to {size:,} bytes while it was being "
                                             f"read (the manifest records {self.entry.bin_bytes:,}): the dataset "

@@ -112,15 +112,20 @@ class Cursor:
         """Stream position (at the phase's seq_len) of samples given by `assign_batch` in phase `phase`."""
         return self.bases[phase][source] + counter
 
-    def batch_at_global_sample(self, sample: int) -> int:
-        """The global batch holding global sample `sample` (samples summed over all phases); a sample past
-        the plan's last batch maps to `num_batches` (the end), where unit walks stop."""
+    def batch_at_global_samples(self, samples: np.ndarray) -> np.ndarray:
+        """The global batch holding each global sample (samples summed over all phases); a sample past the
+        plan's last batch maps to `num_batches` (the end), where unit walks stop."""
         bounds = self.plan.bounds
-        if sample >= bounds[-1].first_sample + bounds[-1].num_samples:
-            return self.plan.num_batches
-        i = max(0, int(np.searchsorted([b.first_sample for b in bounds], sample, side="right")) - 1)
-        local = self.plan.phases[i].batch.batch_at_sample(sample - bounds[i].first_sample)
-        return bounds[i].first_batch + int(local)
+        firsts = np.array([b.first_sample for b in bounds], dtype=np.int64)
+        i = np.maximum(np.searchsorted(firsts, samples, side="right") - 1, 0)
+        out = np.empty_like(samples)
+        for p in np.unique(i).tolist():
+            sel = i == p
+            b = bounds[p]
+            local = self.plan.phases[p].batch.batch_at_sample(samples[sel] - b.first_sample)
+            out[sel] = b.first_batch + np.minimum(local, b.num_batches)
+        out[samples >= bounds[-1].first_sample + bounds[-1].num_samples] = self.plan.num_batches
+        return out
 
     def first_exhausted(self, limit: Callable[[int, int], int | None]) -> Exhaustion | None:
         """The first global batch ≥ the anchor that draws a position ≥ limit(source, seq_len), by bisection.
