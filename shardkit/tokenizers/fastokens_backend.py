@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import TokenizerError
-from .base import TokenizerSpec, file_sha256, surrogate_error
-from .specials import BOS_CANDIDATES, EOS_CANDIDATES, pick_special
+from .base import surrogate_error
+from .specials import json_spec
 
 try:
     import fastokens
@@ -81,12 +81,7 @@ class FastokensTokenizer:
                                  "tokenizer.json (or a model directory that contains one)")
         self._tok = _load(path)
         vocab = _vocab(self._tok)
-        where = str(path)
-        self.spec = TokenizerSpec(
-            kind="hf", name=Path(path).name, path=str(path), vocab_size=max(vocab.values()) + 1,
-            eos_id=pick_special(vocab, eos, EOS_CANDIDATES, what="eos", where=where),
-            bos_id=pick_special(vocab, bos, BOS_CANDIDATES, what="bos", where=where),
-            sha256=file_sha256(path), backend="fastokens")
+        self.spec = json_spec(str(path), vocab, eos, bos, backend="fastokens")
 
     def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         try:

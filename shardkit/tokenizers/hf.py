@@ -24,8 +24,8 @@ import numpy as np
 import tokenizers
 
 from ..errors import TokenizerError
-from .base import TokenizerSpec, file_sha256, flatten_lists, surrogate_error
-from .specials import BOS_CANDIDATES, EOS_CANDIDATES, pick_special
+from .base import flatten_lists, surrogate_error
+from .specials import json_spec
 
 __all__ = ["HFTokenizer", "load_hf_json", "set_parallelism"]
 
@@ -70,12 +70,7 @@ class HFTokenizer:
         self._tok = load_hf_json(path)
         self.fastpath_note = fastpath_note
         vocab = self._tok.get_vocab(with_added_tokens=True)
-        where = str(path)
-        self.spec = TokenizerSpec(
-            kind="hf", name=Path(path).name, path=str(path), vocab_size=max(vocab.values()) + 1,
-            eos_id=pick_special(vocab, eos, EOS_CANDIDATES, what="eos", where=where),
-            bos_id=pick_special(vocab, bos, BOS_CANDIDATES, what="bos", where=where),
-            sha256=file_sha256(path), backend="hf")
+        self.spec = json_spec(str(path), vocab, eos, bos, backend="hf")
 
     def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Per-token Python ints are unavoidable here: `tokenizers` only returns ids as lists."""

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 from ..errors import TokenizerError
+from .base import TokenizerSpec, file_sha256
 
-__all__ = ["EOS_CANDIDATES", "BOS_CANDIDATES", "pick_special"]
+__all__ = ["EOS_CANDIDATES", "BOS_CANDIDATES", "json_spec", "pick_special"]
 
 # Document boundaries, not chat-turn ends: <|eot_id|> / <|im_end|> are deliberately absent.
 EOS_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>")
@@ -25,3 +27,13 @@ def pick_special(vocab: Mapping[str, int], override: str | None, candidates: tup
         if c in vocab:
             return vocab[c]
     return None
+
+
+def json_spec(path: str, vocab: Mapping[str, int], eos: str | None, bos: str | None, backend: str) -> TokenizerSpec:
+    """The spec of a Hugging Face tokenizer.json, whichever backend encodes it (the data never says which)."""
+    where = str(path)
+    return TokenizerSpec(
+        kind="hf", name=Path(path).name, path=str(path), vocab_size=max(vocab.values()) + 1,
+        eos_id=pick_special(vocab, eos, EOS_CANDIDATES, what="eos", where=where),
+        bos_id=pick_special(vocab, bos, BOS_CANDIDATES, what="bos", where=where),
+        sha256=file_sha256(path), backend=backend)
