@@ -17,6 +17,7 @@ hole in a sparse cache file would read as zeros, silently wrong data.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,14 @@ from .mapper import Mapper, Mapping
 from .plan import Rows
 
 __all__ = ["Gather"]
+
+# a shard's size (one fstat) is checked at most this long before any copy from its mapping: a truncated file
+# raises instead of SIGBUS unless it shrinks within this window; slabs copied back to back (a fast consumer,
+# several sources sharing each slab) share one check per shard
+CHECK_VALID_NS = 200_000
+# a chunk of at most this many shards checks each of them before every slab (a check of a shard the slab does
+# not read is harmless) instead of counting which shards each slab reads
+CHECK_ALL_SHARDS = 8
 
 
 class Gather:
@@ -77,10 +86,12 @@ class Gather:
             view, index, present = held[0].rows(width), rows.local, None
         else:
             view, index = self._view(shards, held, rows.gid, rows.local, width)
-            # which shards each slab touches: one bincount over (slab, shard) pairs, no sort
-            slab_of = np.repeat(np.arange(len(slab_bounds) - 1), np.diff(slab_bounds))
-            pairs = slab_of * k + np.searchsorted(np.asarray(shards), rows.gid)
-            present = np.bincount(pairs, minlength=(len(slab_bounds) - 1) * k).reshape(-1, k) > 0
+            if k <= CHECK_ALL_SHARDS:  # each slab checks all of them (most do touch all): nothing to count
+                present = np.ones((1, k), dtype=bool)
+            else:  # which shards each slab touches: one bincount over (slab, shard) pairs, no sort
+                slab_of = np.repeat(np.arange(len(slab_bounds) - 1), np.diff(slab_bounds))
+                pairs = slab_of * k + np.searchsorted(np.asarray(shards), rows.gid)
+                present = np.bincount(pairs, minlength=(len(slab_bounds) - 1) * k).reshape(-1, k) > 0
         crossing = None if rows.inside.all() else ~rows.inside
         return _Chunk(self, shards, held, present, view, index, crossing, rows, width)
 
@@ -173,13 +184,15 @@ class _Chunk:
                  view: np.ndarray, index: np.ndarray, crossing: np.ndarray | None, rows: Rows, width: int) -> None:
         self.gather, self.held, self.view, self.rows, self.width = gather, held, view, rows, width
         self.checks = [(m, gather.mapper.shard(g)) for m, g in zip(held, shards)]
-        # per slab, a bit mask of the shards it touches (None: the chunk has one shard); a mask's checks are
-        # made once per chunk (most slabs of a chunk touch the same few shards)
-        if present is not None and len(shards) <= 62:
+        # the shards every slab checks (one shard, or few enough to check them all); else per slab, a bit mask
+        # of the shards it touches, each mask's list made once per chunk (most slabs touch the same few)
+        self._every = list(range(len(shards))) if present is None or len(present) == 1 else None
+        if self._every is None and len(shards) <= 62:
             self.masks = (present.astype(np.int64) << np.arange(len(shards), dtype=np.int64)).sum(axis=1).tolist()
         else:
             self.masks = None
-        self._by_mask: dict[int, list[tuple[Mapping, Any]]] = {}
+        self._by_mask: dict[int, list[int]] = {}  # mask → the shards (positions in `checks`) it touches
+        self._checked_at = [-CHECK_VALID_NS - 1] * len(shards)  # monotonic ns of each shard's last size check
         self.present = present
         self.index = index
         self.crossing = crossing if crossing is not None and crossing.any() else None
@@ -187,20 +200,22 @@ class _Chunk:
 
     def slab(self, a: int, z: int) -> np.ndarray:
         """Rows [a, z) of the chunk, the next slab: bounds checks of the shards it touches, one copy."""
-        if self.present is None:
-            m, shard = self.checks[0]
-            m.check_intact(shard)  # one fstat: a truncated file raises instead of SIGBUS
-        elif self.masks is not None:
-            mask = self.masks[self._next]
-            checks = self._by_mask.get(mask)
-            if checks is None:
-                checks = self._by_mask[mask] = [c for k, c in enumerate(self.checks) if mask >> k & 1]
-            for m, shard in checks:
-                m.check_intact(shard)
-        else:
-            for k in np.flatnonzero(self.present[self._next]).tolist():
+        touched = self._every
+        if touched is None:
+            if self.masks is not None:
+                mask = self.masks[self._next]
+                touched = self._by_mask.get(mask)
+                if touched is None:
+                    touched = self._by_mask[mask] = [k for k in range(len(self.checks)) if mask >> k & 1]
+            else:
+                touched = np.flatnonzero(self.present[self._next]).tolist()
+        now = time.monotonic_ns()
+        checked = self._checked_at
+        for k in touched:
+            if now - checked[k] > CHECK_VALID_NS:
                 m, shard = self.checks[k]
-                m.check_intact(shard)
+                m.check_intact(shard)  # one fstat: a truncated file raises instead of SIGBUS
+                checked[k] = now
         self._next += 1
         cross = None if self.crossing is None else np.flatnonzero(self.crossing[a:z])
         if cross is None or not cross.size:

@@ -162,25 +162,15 @@ class Plan:
         """Rows at phase positions `positions` (ascending runs) of phase `phase`."""
         p = self.phases.phases[phase]
         length = p.seq_len
-        if self.single[phase]:  # one source: no interleave, its counter is the position in the phase
-            j = int(self._phase_sources[phase][0])
-            src = np.full(positions.size, j, dtype=np.int64)
-            pos = positions + (int(self.phases.counters_at_start(phase)[j]) + int(self.cursor.bases[phase][j]))
-        else:
-            src, counter = self.phases.assign_positions(phase, positions)
-            src, counter = np.asarray(src, np.int64), np.asarray(counter, np.int64)
-            pos = self.cursor.positions(phase, src, counter)
-        n = pos.size
+        by_source = self._by_source(phase, positions)
+        src = by_source[0]
+        n = positions.size
         ids, epochs, within = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
         gid, local = np.empty(n, np.int64), np.empty(n, np.int64)
         inside = np.empty(n, bool)
         streams: dict[int, Stream] = {}
-        present = [int(src[0])] if self.single[phase] else \
-            np.flatnonzero(np.bincount(src, minlength=len(self.names))).tolist()
-        for j in present:
+        for j, sel, part in by_source[1]:
             stream = streams[j] = self.streams[(j, length)]
-            sel = slice(None) if len(present) == 1 else np.flatnonzero(src == j)
-            part = pos[sel]
             if stream.limit is not None and part.size and int(part.max()) >= stream.limit:
                 src_def = self.sources[stream.name]
                 cap = f"capped at epochs: {src_def.epochs}" if src_def.max_samples is None else \
@@ -195,6 +185,44 @@ class Plan:
             inside[sel] = stream.windows.inside(shard, loc)
         return Rows(src=src, ids=ids, epochs=epochs, within=within, gid=gid, local=local, inside=inside,
                     streams=streams)
+
+    def _by_source(self, phase: int, positions: np.ndarray
+                   ) -> tuple[np.ndarray, list[tuple[int, slice | np.ndarray, np.ndarray]]]:
+        """(each row's source, [(source, its rows, their stream positions)] for the sources present)."""
+        bases = self.cursor.bases[phase]
+        if self.single[phase]:  # one source: no interleave, its counter is the position in the phase
+            j = int(self._phase_sources[phase][0])
+            pos = positions + (int(self.phases.counters_at_start(phase)[j]) + int(bases[j]))
+            return np.full(positions.size, j, dtype=np.int64), [(j, slice(None), pos)]
+        if positions.size:
+            cut = np.flatnonzero(np.diff(positions) != 1) + 1
+            starts = positions[np.concatenate(([0], cut))]
+            lengths = np.diff(np.concatenate(([0], cut, [positions.size])))
+            runs = self.phases.assign_runs(phase, starts, lengths)
+            if runs is not None:  # a source's counters are consecutive within a run: numbered, not looked up
+                src, first, sources = runs
+                out = []
+                for c, j in enumerate(sources.tolist()):
+                    sel = np.flatnonzero(src == j)
+                    if not sel.size:
+                        continue
+                    if lengths.size == 1:
+                        pos = np.arange(sel.size, dtype=np.int64) + (int(first[0, c]) + int(bases[j]))
+                    else:  # per run: its first counter, less the rows of this source in the runs before it
+                        m = np.bincount(np.searchsorted(cut, sel, side="right"), minlength=lengths.size)
+                        pos = np.arange(sel.size, dtype=np.int64)
+                        pos += np.repeat(first[:, c] - (np.cumsum(m) - m) + int(bases[j]), m)
+                    out.append((j, slice(None) if sel.size == src.size else sel, pos))
+                return src, out
+        src, counter = self.phases.assign_positions(phase, positions)
+        src, counter = np.asarray(src, np.int64), np.asarray(counter, np.int64)
+        pos = self.cursor.positions(phase, src, counter)
+        present = np.flatnonzero(np.bincount(src, minlength=len(self.names))).tolist()
+        out = []
+        for j in present:
+            sel = slice(None) if len(present) == 1 else np.flatnonzero(src == j)
+            out.append((j, sel, pos[sel]))
+        return src, out
 
     def global_rows(self, batch: int) -> Rows:
         """The rows of the whole global batch `batch` (all ranks), in order."""

@@ -238,6 +238,15 @@ def parse_state(state: Any) -> SavedState:
 _MAX_NODES, _MAX_DEPTH, _MAX_TEXT = 20_000, 32, 4096
 
 
+def _check_text(value: str, name: str) -> None:
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # "\ud800" is valid JSON, but no text a loader writes (nor can hash)
+            raise ResumeError(name, f"a string with an unpaired surrogate ({brief(value)}): not text a loader "
+                                    "writes; the state was edited or damaged") from None
+
+
 def _check_plain(obj: Any, name: str) -> None:
     """A definition is small plain JSON (what a recipe or stream config is): bounded before it is hashed, so a
     crafted state cannot make the check itself recurse, allocate or convert without limit."""
@@ -252,12 +261,14 @@ def _check_plain(obj: Any, name: str) -> None:
             for k, v in value.items():
                 if not isinstance(k, str) or len(k) > _MAX_TEXT:
                     raise ResumeError(name, f"keys must be short strings, got {brief(k)}")
+                _check_text(k, name)
                 todo.append((v, depth + 1))
         elif isinstance(value, list):
             todo.extend((v, depth + 1) for v in value)
         elif isinstance(value, str):
             if len(value) > _MAX_TEXT:
                 raise ResumeError(name, f"a string of {len(value):,} characters: not a stream definition")
+            _check_text(value, name)
         elif isinstance(value, bool) or value is None:
             continue
         elif isinstance(value, int):

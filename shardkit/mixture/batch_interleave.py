@@ -311,6 +311,15 @@ def _batch_rows(counts: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     return source, rank
 
 
+@lru_cache(maxsize=256)
+def _pattern_prefix(source: tuple[int, ...], k: int) -> np.ndarray:
+    """Rows of each source among the first w rows of a batch with row sources `source`: (B + 1, k)."""
+    out = np.zeros((len(source) + 1, k), dtype=np.int64)
+    out[1:] = np.eye(k, dtype=np.int64)[list(source)].cumsum(axis=0)
+    out.setflags(write=False)
+    return out
+
+
 class BatchInterleave:
     """How many rows of every global batch of a phase each source gives, and in which order.
 
@@ -410,10 +419,15 @@ class BatchInterleave:
 
         Per constant stage: the extras of the whole span of batches touched in one unpack, their counts
         before by one cumulative sum, and each distinct count vector's row pattern broadcast over the
-        batches that have it — no Python work per batch.
+        batches that have it — no Python work per batch. A run of consecutive positions inside one stage
+        (what a loader plans) is then a slice of those rows, with no per-position lookup at all.
         """
         pos = index_array(positions, None, "position")
         flat = pos.reshape(-1)
+        if flat.size > 1 and int(flat[-1]) - int(flat[0]) == flat.size - 1 and bool((np.diff(flat) == 1).all()):
+            run = self._assign_run(int(flat[0]), flat.size)
+            if run is not None:
+                return run[0].reshape(pos.shape), run[1].reshape(pos.shape)
         source = np.zeros(flat.size, dtype=np.int64)
         counter = np.zeros(flat.size, dtype=np.int64)
         if not flat.size:
@@ -429,26 +443,14 @@ class BatchInterleave:
             uniq = np.unique(batches)
         self._stage(int(uniq[-1]))  # past the end of the phase: the same error as `assign`
         stage_of = np.searchsorted(self._firsts, uniq, side="right") - 1
-        k = len(self.units)
         for si in np.unique(stage_of).tolist():
             stage = self._stages[si]
             ub = uniq[stage_of == si]
             t = ub - stage.first
-            lo = int(t[0])
-            per_batch = stage.base + stage.extras_at(np.arange(lo, int(t[-1]) + 1, dtype=np.int64))
-            before = np.empty_like(per_batch)
-            before[0] = stage.counts_before(lo)
-            np.cumsum(per_batch[:-1], axis=0, out=before[1:])
-            before[1:] += before[0]
-            counts, before = per_batch[t - lo], before[t - lo]
-            src = np.empty((ub.size, stage.size), dtype=np.int64)
-            cnt = np.empty((ub.size, stage.size), dtype=np.int64)
-            vectors, which = _distinct_rows(counts.reshape(-1, k))
-            for v, vector in enumerate(vectors.tolist()):
-                rows_source, rows_rank = _batch_rows(tuple(vector))
-                sel = which.reshape(-1) == v
-                src[sel] = rows_source
-                cnt[sel] = before[sel][:, rows_source] + rows_rank
+            lo, hi = int(t[0]), int(t[-1]) + 1
+            src, cnt = self._stage_rows(stage, lo, hi)
+            if ub.size != hi - lo:
+                src, cnt = src[t - lo], cnt[t - lo]
             if ub.size == uniq.size:  # one stage: every position is in it
                 at = index_of if ascending else np.searchsorted(ub, batches)
                 source, counter = src[at, within], cnt[at, within]
@@ -458,6 +460,83 @@ class BatchInterleave:
             source[mine] = src[at, within[mine]]
             counter[mine] = cnt[at, within[mine]]
         return source.reshape(pos.shape), counter.reshape(pos.shape)
+
+    def _assign_run(self, first: int, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """`assign_positions` of positions [first, first + n) when they lie in one stage (else None)."""
+        got = self._span(first, first + n - 1)
+        if got is None:
+            return None
+        stage, lo, hi, b0_start = got
+        src, cnt = self._stage_rows(stage, lo, hi)
+        at = first - b0_start
+        return src.reshape(-1)[at:at + n], cnt.reshape(-1)[at:at + n]
+
+    def assign_runs(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """Runs of consecutive positions (ascending, not overlapping) inside one stage: (the source of each
+        of their rows, concatenated; rows each source gave before each run's first position, runs × k).
+
+        Within a run a source's counters are consecutive, so these are all a caller needs to number its
+        rows — no counter per row is looked up. None when the runs span a change of stage.
+        """
+        got = self._span(int(starts[0]), int(starts[-1] + lengths[-1]) - 1)
+        if got is None:
+            return None
+        stage, lo, hi, b0_start = got
+        before, which, patterns = self._stage_patterns(stage, lo, hi)
+        sources = np.stack([p[0] for p in patterns])[which].reshape(-1)
+        offset = starts - b0_start  # where each run starts in the stage rows: (batch, row within it)
+        if starts.size == 1:
+            rows = sources[int(offset[0]):int(offset[0] + lengths[0])]
+        else:
+            at = np.repeat(offset - np.concatenate(([0], np.cumsum(lengths[:-1]))), lengths)
+            at += np.arange(at.size, dtype=np.int64)
+            rows = sources[at]
+        batch, row = np.divmod(offset, stage.size)
+        prefix = np.stack([_pattern_prefix(tuple(p[0].tolist()), len(self.units)) for p in patterns])
+        return rows, before[batch] + prefix[which[batch], row]
+
+    def _span(self, first: int, last: int) -> tuple[_Stage, int, int, int] | None:
+        """(stage, its local batches [lo, hi) holding positions first..last, S(first batch)), or None when
+        they are not in one stage."""
+        b0 = int(self.schedule.batch_at_sample(first))
+        b1 = int(self.schedule.batch_at_sample(last))
+        stage, t1 = self._stage(b1)  # past the end of the phase: the same error as `assign`
+        if b0 < stage.first:
+            return None
+        return stage, b0 - stage.first, t1 + 1, int(self.schedule.start(b0))
+
+    def _stage_patterns(self, stage: _Stage, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, list]:
+        """For the stage's batches [lo, hi) (stage-local): (rows each source gave before each batch, each
+        batch's row pattern as an index into the list of distinct patterns, the patterns (source, rank)).
+
+        A batch's counts are the stage's base plus a 0/1 extra per source, so its pattern is one of at most
+        2^k, named by the extras' bits: patterns are looked up per batch, not searched for.
+        """
+        extras = stage.extras_at(np.arange(lo, hi, dtype=np.int64))
+        per_batch = extras + stage.base
+        before = np.empty_like(per_batch)
+        before[0] = stage.counts_before(lo)
+        np.cumsum(per_batch[:-1], axis=0, out=before[1:])
+        before[1:] += before[0]
+        k = per_batch.shape[1]
+        if k <= 16:
+            keys = (extras << np.arange(k, dtype=np.int64)).sum(axis=1)
+            seen = np.flatnonzero(np.bincount(keys, minlength=1 << k))
+            vectors = stage.base + ((seen[:, None] >> np.arange(k, dtype=np.int64)) & 1)
+            lookup = np.empty(1 << k, dtype=np.int64)
+            lookup[seen] = np.arange(seen.size)
+            which = lookup[keys]
+        else:
+            vectors, which = _distinct_rows(per_batch)
+        return before, which, [_batch_rows(tuple(v)) for v in vectors.tolist()]
+
+    def _stage_rows(self, stage: _Stage, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """(source, counter) of every row of the stage's batches [lo, hi) (stage-local), as (batches, size)."""
+        before, which, patterns = self._stage_patterns(stage, lo, hi)
+        src = np.stack([p[0] for p in patterns])[which]
+        cnt = np.take_along_axis(before, src, axis=1)
+        cnt += np.stack([p[1] for p in patterns])[which]
+        return src, cnt
 
     def __repr__(self) -> str:
         return (f"BatchInterleave(weights={[str(w) for w in self.weights]}, schedule={self.schedule.to_json()}, "

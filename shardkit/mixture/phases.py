@@ -193,6 +193,21 @@ class PhasePlan:
         source = self._maps[i][local]
         return source, counter + self._counters[i][source]
 
+    def assign_runs(self, phase: int, starts: np.ndarray, lengths: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """For runs of consecutive sample positions of phase `phase` (ascending, inside one constant stage):
+        (each row's source; each run's carried counter of the phase's sources at its first row, runs × k;
+        the k sources' indices). None when the runs span a change of batch size (use `assign_positions`)."""
+        i = self._phase_arg(phase)
+        if i == len(self.phases):
+            raise ConfigError(f"phase {i} is out of range: the plan has {len(self.phases)} phases")
+        got = self.mixers[i].assign_runs(starts, lengths)
+        if got is None:
+            return None
+        local, before = got
+        maps = self._maps[i]
+        return maps[local], before + self._counters[i][maps], maps
+
     def _phase_arg(self, phase: int) -> int:
         i = nonneg_int("phase", phase)
         if i > len(self.phases):

@@ -407,6 +407,21 @@ def test_assign_positions_agrees_with_assign(ws, sched, seed):
         assert (s, c) == (int(rows[p - int(sched.start(b))]), int(counters[p - int(sched.start(b))]))
 
 
+@settings(max_examples=30, deadline=None)
+@given(ws=batch_weights, sched=schedules(), first=st.integers(0, 6000) | st.integers(0, 10**6),
+       n=st.integers(2, 3000))
+def test_assign_positions_of_a_run_agrees_with_assign(ws, sched, first, n):
+    """A run of consecutive positions (the loader's case: sliced from whole stage rows, or split at a change
+    of batch size) gives what `assign` gives for each position's batch."""
+    mixer = BatchInterleave(ws, sched)
+    source, counter = mixer.assign_positions(np.arange(first, first + n))
+    b0, b1 = int(sched.batch_at_sample(first)), int(sched.batch_at_sample(first + n - 1))
+    rows = [mixer.assign(b) for b in range(b0, b1 + 1)]
+    lo = first - int(sched.start(b0))
+    assert source.tolist() == np.concatenate([r for r, _ in rows])[lo:lo + n].tolist()
+    assert counter.tolist() == np.concatenate([c for _, c in rows])[lo:lo + n].tolist()
+
+
 @settings(max_examples=25, deadline=None)
 @given(phases=plans(), seed=st.integers(0, 2**32))
 def test_plan_assign_positions_agrees_with_assign_batch(phases, seed):
@@ -417,3 +432,37 @@ def test_plan_assign_positions_agrees_with_assign_batch(phases, seed):
         pos = np.arange(loc.sample, loc.sample + mix.source.size)
         source, counter = plan.assign_positions(loc.phase, pos)
         assert np.array_equal(source, mix.source) and np.array_equal(counter, mix.counter)
+
+
+@settings(max_examples=40, deadline=None)
+@given(phases=plans(), seed=st.integers(0, 2**32))
+def test_assign_runs_numbers_rows_like_assign_positions(phases, seed):
+    """Runs of positions (a rank's slices of consecutive batches, or one run for one rank): each row's source
+    and, numbered from each run's first counter, each row's counter equal `assign_positions`."""
+    plan = PhasePlan(phases)
+    rng = np.random.default_rng(seed)
+    phase = int(rng.integers(0, len(plan.phases)))
+    total = plan.bounds[phase].num_samples
+    lo = int(rng.integers(0, total))
+    ends = np.sort(rng.choice(np.arange(lo, total + 1), size=min(2 * int(rng.integers(1, 6)), total + 1 - lo),
+                              replace=False))
+    pairs = ends[: ends.size // 2 * 2].reshape(-1, 2)
+    pairs = pairs[pairs[:, 1] > pairs[:, 0]]
+    if not pairs.size:
+        return
+    starts, lengths = pairs[:, 0], pairs[:, 1] - pairs[:, 0]
+    positions = np.concatenate([np.arange(a, b) for a, b in pairs])
+    got = plan.assign_runs(phase, starts, lengths)
+    want_src, want_counter = plan.assign_positions(phase, positions)
+    if got is None:  # the runs span a change of batch size: the caller uses assign_positions
+        stages = {plan.mixers[phase]._stage(int(plan.phases[phase].batch.batch_at_sample(int(p))))[0].first
+                  for p in (positions[0], positions[-1])}
+        assert len(stages) == 2
+        return
+    src, first, sources = got
+    assert src.tolist() == want_src.tolist()
+    run = np.repeat(np.arange(starts.size), lengths)
+    for c, j in enumerate(sources.tolist()):
+        for i in range(starts.size):
+            mine = np.flatnonzero((run == i) & (src == j))
+            assert want_counter[mine].tolist() == (first[i, c] + np.arange(mine.size)).tolist()

@@ -225,3 +225,18 @@ def test_version_1_states_saved_by_the_previous_release_resume_to_its_batches(ro
     migrated = ld.state_dict()
     assert migrated["version"] == 2 and migrated["stream"]["fingerprint"] == stream_fingerprint(
         migrated["stream"]["kind"], migrated["stream"]["definition"])
+
+
+@pytest.mark.parametrize("where", ["value", "key"])
+def test_a_state_with_an_unpaired_surrogate_is_refused_by_name(where):
+    """"\\ud800" is valid JSON but no text: hashing the definition must not raise UnicodeEncodeError."""
+    config = {"seq_len": 8, "seed": 0, "schedule": {"constant": 4}}
+    if where == "value":
+        config["seed"] = "\ud800"
+    else:
+        config["\ud800"] = 1
+    state = {"format": "shardkit-loader-state", "version": 1, "fingerprint": "ab" * 32, "config": config,
+             "batch": 0, "micro": 0, "samples": 0, "world_size": 1, "rank": 0}
+    with pytest.raises(ResumeError, match="unpaired surrogate") as e:
+        parse_state(json.loads(json.dumps(state)))
+    assert "config" in str(e.value)
