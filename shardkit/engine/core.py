@@ -198,7 +198,7 @@ class Engine:
         for j, stream in rows.streams.items():  # remote: fetch the chunk's blocks in order of first use
             gate = self._gates.get((j, p.seq_len))
             if gate is not None:
-                sel = slice(None) if len(rows.streams) == 1 else np.flatnonzero(rows.src == j)
+                sel = rows.rows_of(j)
                 gate.upcoming(rows.gid[sel] - stream.windows.gid_base, rows.local[sel])
         # several ranks: hint this rank's own upcoming rows, about two shuffle groups' share ahead of delivery
         ahead = self._rows_ahead(rows) if self.placement.world_size > 1 and self.read.readahead else 0
@@ -223,6 +223,9 @@ class Engine:
         plain = not fields.needs_docs and not fields.loss_mask
         tokens_only = fields.tokens_only
         label = self.label_sources
+        # each item's `source` rows: views made in one C-level pass when every item has the same row count
+        row_sources = list(rows.src.reshape(-1, int(counts[0]))) if label and counts.size and counts[0] and \
+            bool((counts == counts[0]).all()) else None
         name = p.name
         src = rows.src
         bl = bounds.tolist()
@@ -259,7 +262,7 @@ class Engine:
             else:
                 out = self._fields(rows, a, z, tokens, p.seq_len, fields)
             if label:
-                out["source"] = src[a:z]
+                out["source"] = src[a:z] if row_sources is None else row_sources[i]
                 out["phase"], out["phase_name"] = phase, name
             nm = share // m if m else 1
             out["batch_index"], out["global_batch_size"], out["micro_index"], out["num_micro"] = b, size, k, nm
@@ -288,7 +291,7 @@ class Engine:
         blocks = None if single else np.empty(rows.size, dtype=np.int64)
         for j, stream in rows.streams.items():
             key = (j, seq_len)
-            sel = None if single else np.flatnonzero(rows.src == j)
+            sel = None if single else rows.rows_of(j)
             order = stream.order
             ids = rows.ids if sel is None else rows.ids[sel]
             part = ids // order.block

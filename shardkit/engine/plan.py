@@ -78,6 +78,13 @@ class Rows:
     local: np.ndarray  # first token within that shard
     inside: np.ndarray  # the window lies inside its shard
     streams: dict[int, Stream]  # by source index, at this chunk's seq_len
+    select: dict[int, slice | np.ndarray] | None = None  # by source index, its rows (as planned; None: compute)
+
+    def rows_of(self, j: int) -> slice | np.ndarray:
+        """The rows of source j (ascending)."""
+        if self.select is not None:
+            return self.select[j]
+        return slice(None) if len(self.streams) == 1 else np.flatnonzero(self.src == j)
 
     @property
     def size(self) -> int:
@@ -169,8 +176,10 @@ class Plan:
         gid, local = np.empty(n, np.int64), np.empty(n, np.int64)
         inside = np.empty(n, bool)
         streams: dict[int, Stream] = {}
+        select: dict[int, slice | np.ndarray] = {}
         for j, sel, part in by_source[1]:
             stream = streams[j] = self.streams[(j, length)]
+            select[j] = sel
             if stream.limit is not None and part.size and int(part.max()) >= stream.limit:
                 src_def = self.sources[stream.name]
                 cap = f"capped at epochs: {src_def.epochs}" if src_def.max_samples is None else \
@@ -184,7 +193,7 @@ class Plan:
             gid[sel], local[sel] = shard + stream.windows.gid_base, loc
             inside[sel] = stream.windows.inside(shard, loc)
         return Rows(src=src, ids=ids, epochs=epochs, within=within, gid=gid, local=local, inside=inside,
-                    streams=streams)
+                    streams=streams, select=select)
 
     def _by_source(self, phase: int, positions: np.ndarray
                    ) -> tuple[np.ndarray, list[tuple[int, slice | np.ndarray, np.ndarray]]]:
