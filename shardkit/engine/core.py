@@ -74,9 +74,11 @@ class Engine:
             self.hints[key] = GroupHints(stream, self._worker, self.reads[key], local=read.readahead,
                                          whole_groups=not multi_rank, evict=evict, remote=remote)
             d = ds_index[id(ds)]
-            if stream.order.mode is ShuffleMode.FULL:
-                advice[d] = advise_random  # last word: a dataset a full-shuffle source reads gets no read-around
-            elif not multi_rank:
+            if stream.order.mode is ShuffleMode.FULL or multi_rank:
+                # last word: no kernel read-around on a fault where the rows read are sparse (full shuffle,
+                # or one rank's share of a group): it would read the pages of other rows or other ranks
+                advice[d] = advise_random
+            else:
                 advice.setdefault(d, advise_hugepage)
         self.mapper.on_map = {d: f for d, f in advice.items()} if read.readahead else {}
         self.gather = Gather(self.mapper, self.dtype, gates)

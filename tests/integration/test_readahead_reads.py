@@ -1,0 +1,93 @@
+"""What a rank really reads from storage (the kernel's count, /proc/self/io), not what the loader hints.
+
+With several ranks each rank reads its own rows of a shuffle group, about 1/W of it. A page fault on a
+file mapping makes the kernel read around the faulting page (`read_ahead_kb`, often 128 KiB–2.5 MiB), which
+would fetch the other ranks' rows too: W nodes would each read the whole group from shared storage. The
+engine advises such mappings MADV_RANDOM; this test counts the bytes read in a fresh process whose files
+were evicted from the page cache first.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardkit.writer import write_dataset
+
+CHILD = textwrap.dedent("""
+    import json, os, sys
+    from pathlib import Path
+    from shardkit import Loader
+
+    path, world, rank, steps = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+
+    def read_bytes():
+        for line in open("/proc/self/io"):
+            if line.startswith("read_bytes"):
+                return int(line.split()[1])
+
+    for f in path.glob("*.bin"):  # evict: every page this process needs must come from storage
+        fd = os.open(f, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+    probe = next(path.glob("*.bin"))
+    before = read_bytes()
+    with open(probe, "rb") as f:  # eviction works here (a file system that drops clean pages on request)?
+        f.seek(1 << 20)
+        f.read(4096)
+    evicted = read_bytes() > before
+    for f in path.glob("*.bin"):
+        fd = os.open(f, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+    loader = Loader(path, seq_len=2048, batch_schedule=64, seed=3, rank=rank, world_size=world,
+                    shuffle="block", block_samples=64, group_blocks=16)
+    before = read_bytes()
+    rows = 0
+    it = iter(loader)
+    for _ in range(steps):
+        rows += next(it)["input_ids"].shape[0]
+    loader.engine.wait_hints()
+    print(json.dumps({"evicted": evicted, "read": read_bytes() - before, "rows": rows,
+                      "bin_bytes": sum(f.stat().st_size for f in path.glob("*.bin"))}))
+""")
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """64 MiB of uint16 tokens (16,384 rows of 2,048) in 16 MiB shards: 16 groups of 1,024 rows."""
+    rng = np.random.default_rng(0)
+    sizes = rng.integers(500, 3000, size=20_000)
+    sizes = sizes[: int(np.searchsorted(np.cumsum(sizes), 32 << 20)) + 1]
+    path = tmp_path_factory.mktemp("reads") / "ds"
+    write_dataset(path, (rng.integers(0, 50_000, size=int(n), dtype=np.uint16) for n in sizes),
+                  max_bytes_per_shard=16 << 20)
+    return path
+
+
+def _run(path: Path, world: int, rank: int, steps: int) -> dict:
+    done = subprocess.run([sys.executable, "-c", CHILD, str(path), str(world), str(rank), str(steps)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs /proc/self/io (Linux)")
+def test_one_rank_of_eight_reads_about_its_own_rows_not_the_whole_group(dataset: Path) -> None:
+    got = _run(dataset, world=8, rank=3, steps=64)
+    if not got["evicted"]:
+        pytest.skip("this file system keeps clean pages after POSIX_FADV_DONTNEED: reads cannot be counted")
+    # the rank read 64 steps × 8 rows; with hints two groups ahead it has asked for about 2 × 1,024 / 8 more
+    # rows; each 2,049-token window spans 2 pages (8 KiB). Read-around would fetch whole groups: ~W× that.
+    rows_touched = got["rows"] + 2 * 1024 // 8 + 64
+    ceiling = 1.25 * rows_touched * 8192
+    assert got["read"] <= ceiling, (
+        f"rank 3 of 8 read {got['read']:,} bytes from storage for {got['rows']} rows of its own "
+        f"(≤ {ceiling:,.0f} expected; the dataset is {got['bin_bytes']:,} bytes)")
+    assert got["read"] >= got["rows"] * 4096  # it did read its rows from storage (the count is real)
