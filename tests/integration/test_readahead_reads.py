@@ -34,9 +34,10 @@ CHILD = textwrap.dedent("""
 
     for f in path.glob("*.bin"):  # evict: every page this process needs must come from storage
         fd = os.open(f, os.O_RDONLY)
+        os.fsync(fd)  # pages still being written back are not dropped
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         os.close(fd)
-    probe = next(path.glob("*.bin"))
+    probe = max(path.glob("*.bin"), key=lambda f: f.stat().st_size)
     before = read_bytes()
     with open(probe, "rb") as f:  # eviction works here (a file system that drops clean pages on request)?
         f.seek(1 << 20)
