@@ -19,6 +19,7 @@ from .demo_cmd import demo_cmd
 from .inspect_cmd import inspect_cmd, show_cmd
 from .merge_cmd import merge_cmd
 from .pack_cmd import pack_cmd
+from .plan_cmd import plan_cmd
 from .stream_cmd import stream_cmd
 from .verify_cmd import verify_cmd
 
@@ -83,6 +84,7 @@ cli.add_command(inspect_cmd)
 cli.add_command(show_cmd)
 cli.add_command(merge_cmd)
 cli.add_command(decompress_cmd)
+cli.add_command(plan_cmd)
 
 
 def main() -> None:
