@@ -12,13 +12,13 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.token_data import random_dataset
 
 from cli.main import cli
 from shardkit import Loader
 from shardkit.planner import Cluster, bytes_per_sample, coverage, plan_loader
 from shardkit.planner.geometry import PAGE
 from shardkit.planner.measure import measure_node
-from shardkit.writer import write_dataset
 
 
 @settings(max_examples=60, deadline=None)
@@ -44,13 +44,7 @@ def test_bytes_per_sample_bounds():
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """32 M uint16 tokens (64 MiB) in 16 MiB shards."""
-    rng = np.random.default_rng(7)
-    sizes = rng.integers(500, 3000, size=20_000)
-    sizes = sizes[: int(np.searchsorted(np.cumsum(sizes), 32 << 20)) + 1]
-    path = tmp_path_factory.mktemp("planner") / "ds"
-    write_dataset(path, (rng.integers(0, 50_000, size=int(n), dtype=np.uint16) for n in sizes),
-                  max_bytes_per_shard=16 << 20)
-    return path
+    return random_dataset(tmp_path_factory.mktemp("planner") / "ds", 32 << 20, shard_bytes=16 << 20, seed=7)
 
 
 @pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs /proc/self/io (Linux)")

@@ -15,10 +15,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-import numpy as np
 import pytest
-
-from shardkit.writer import write_dataset
+from support.token_data import random_dataset
 
 CHILD = textwrap.dedent("""
     import json, os, sys
@@ -63,13 +61,7 @@ CHILD = textwrap.dedent("""
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """64 MiB of uint16 tokens (16,384 rows of 2,048) in 16 MiB shards: 16 groups of 1,024 rows."""
-    rng = np.random.default_rng(0)
-    sizes = rng.integers(500, 3000, size=20_000)
-    sizes = sizes[: int(np.searchsorted(np.cumsum(sizes), 32 << 20)) + 1]
-    path = tmp_path_factory.mktemp("reads") / "ds"
-    write_dataset(path, (rng.integers(0, 50_000, size=int(n), dtype=np.uint16) for n in sizes),
-                  max_bytes_per_shard=16 << 20)
-    return path
+    return random_dataset(tmp_path_factory.mktemp("reads") / "ds", 32 << 20, shard_bytes=16 << 20, seed=0)
 
 
 def _run(path: Path, world: int, rank: int, steps: int) -> dict:
