@@ -12,7 +12,7 @@ import difflib
 import os
 import warnings
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
@@ -27,6 +27,7 @@ from .fields import BatchFields
 from .plan import Plan, SourceDef
 from .resume import resume
 from .state import Overrides, make_state, parse_state, stream_fingerprint
+from .windows import Windows
 
 __all__ = ["ReadConfig", "StreamFacade", "build_config"]
 
@@ -48,6 +49,8 @@ class ReadConfig:
     cache_dir: str | os.PathLike[str] | None = None  # default $SHARDKIT_REMOTE_CACHE_DIR
     cache_limit: int | str | None = None  # bytes or "20GiB"; default $SHARDKIT_REMOTE_CACHE_LIMIT, else 16 GiB
     storage_options: dict[str, Any] | None = None
+    # packed rows' tables (packing=): default $SHARDKIT_PACK_CACHE_DIR or ~/.cache/shardkit/packing
+    packing_cache_dir: str | os.PathLike[str] | None = None
     # resume overrides (load_state_dict may also pass them): see engine.state.Overrides
     allow_budget_change: bool = False
     allow_recipe_change: bool = False
@@ -64,6 +67,8 @@ class ReadConfig:
 
     def _check_common(self) -> None:
         object.__setattr__(self, "fields", self.read_options().fields)  # validates every read option
+        if self.packing_cache_dir is not None and not isinstance(self.packing_cache_dir, (str, os.PathLike)):
+            raise ConfigError(f"packing_cache_dir must be a path or None, got {self.packing_cache_dir!r}")
         check_optional_positive("micro_batch_size", self.micro_batch_size)
         self.overrides()
 
@@ -115,7 +120,7 @@ class StreamFacade:
             for d in unique:
                 bases[id(d)] = at
                 at += d.num_shards
-            plan = Plan(phases, sources, seed, bases)
+            plan = Plan(phases, sources, seed, bases, self._windows_of())
             self._engine = Engine(plan, unique, self.placement, self.config.read_options(),
                                   label_sources=self._kind == "recipe")
             self._engine.metrics.position = _Position(self)
@@ -123,6 +128,10 @@ class StreamFacade:
 
     def _definition_parts(self) -> tuple[dict[str, Dataset], dict[str, SourceDef], PhasePlan, int]:
         raise NotImplementedError
+
+    def _windows_of(self) -> Callable[[Dataset, int, int], Windows]:
+        """How the plan cuts a source into samples at a seq_len: windows, or packed rows (`packing=`)."""
+        return Windows
 
     @property
     def engine(self) -> Engine:
