@@ -29,7 +29,7 @@ from .engine import ENDLESS_TOKENS, SourceDef
 from .engine.config import Placement, check_flag, check_optional_positive
 from .engine.facade import ReadConfig, StreamFacade, build_config
 from .engine.pack_table import cached_table
-from .engine.packed_rows import PackedWindows
+from .engine.packed_rows import PackedWindows, windows_factory
 from .engine.packing import DEFAULT_GROUP_TOKENS, PackingStrategy, PackSpec, PackTable
 from .engine.state import SINGLE_SOURCE
 from .engine.windows import Windows
@@ -255,6 +255,20 @@ class MixtureLoader(StreamFacade):
             desc = ", ".join(f"{n}: {k[1] or k[0]} ({k[2]} tokens)" for n, k in sorted(keyed.items()))
             warnings.warn(f"the sources were packed with different tokenizers ({desc}); their token ids do "
                           "not mean the same thing", MixtureWarning, stacklevel=4)
+
+    def _windows_of(self) -> Any:
+        """Each phase's packing at its seq_len; phases of one seq_len share their sources' rows, so they must
+        agree on how the rows are cut."""
+        packing: dict[int, PackingStrategy] = {}
+        for i, p in enumerate(self.recipe.phases):
+            seen = packing.setdefault(p.seq_len, p.packing)
+            if seen is not p.packing:
+                raise ConfigError(f"phases[{i}] ({p.name}): packing {p.packing.value!r} at seq_len {p.seq_len}, but "
+                                  f"an earlier phase of that seq_len packs {seen.value!r}; phases of one seq_len "
+                                  "share their rows, so give them the same packing")
+        if all(s is PackingStrategy.WINDOW for s in packing.values()):
+            return Windows
+        return windows_factory(packing, self.config.packing_cache_dir)
 
     def _definition_parts(self) -> tuple[dict[str, Dataset], dict[str, SourceDef], PhasePlan, int]:
         r = self.recipe

@@ -25,12 +25,12 @@ seed) and are found in O(1) at any step.
 from __future__ import annotations
 
 import bisect
-import enum
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import ConfigError
+from ..order.packing import PackingStrategy
 
 __all__ = ["DEFAULT_GROUP_TOKENS", "PackSpec", "PackTable", "PackingStrategy", "build_table", "fill_rows",
            "split_pieces"]
@@ -39,26 +39,6 @@ __all__ = ["DEFAULT_GROUP_TOKENS", "PackSpec", "PackTable", "PackingStrategy", "
 # for best-fit to leave well under 1 % padding on real corpora, and 8 MiB of uint16 tokens — below one
 # default shuffle block (≈ 32 MiB), so packing does not widen the reader's working set
 DEFAULT_GROUP_TOKENS = 1 << 22
-
-
-class PackingStrategy(enum.Enum):
-    """How rows are cut from the data: fixed windows over the token stream, or packed whole documents."""
-
-    WINDOW = "window"
-    FIRST_FIT = "first_fit"
-    BEST_FIT = "best_fit"
-
-    @classmethod
-    def parse(cls, value: object) -> PackingStrategy:
-        if isinstance(value, cls):
-            return value
-        names = ", ".join(repr(s.value) for s in cls)
-        if not isinstance(value, str):
-            raise ConfigError(f"packing must be one of {names}, got {value!r}")
-        try:
-            return cls(value.replace("-", "_"))
-        except ValueError:
-            raise ConfigError(f"packing: unknown strategy {value!r}; the strategies are {names}") from None
 
 
 @dataclass(frozen=True, kw_only=True)

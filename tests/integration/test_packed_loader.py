@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.mixtures import make_sources
 
 from shardkit import Loader
 from shardkit.engine.pack_table import document_spans, table_dir
@@ -152,3 +153,66 @@ def test_a_state_of_another_packing_is_refused_by_name(corpus):
 def test_unknown_strategy_is_a_config_error(corpus, bad, match):
     with pytest.raises(ConfigError, match=match):
         _loader(corpus, packing=bad)
+
+
+# -- recipes: packing per phase ---------------------------------------------------------------------------------
+
+
+def _recipe(root, **phase_b):
+    return {"seed": 3, "packing": "best_fit", "sources": {n: {"path": str(root / n)} for n in ("code", "math", "web")},
+            "phases": [{"name": "a", "tokens": 20000, "seq_len": 64, "batch": 8,
+                        "mix": {"code": 0.5, "web": 0.3, "math": 0.2}},
+                       {"name": "b", "tokens": 20000, "seq_len": 128, "batch": 8,
+                        "mix": {"code": 0.25, "web": 0.5, "math": 0.25}, **phase_b}]}
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mix")
+    flats = make_sources(root)
+    return root, flats
+
+
+def test_recipe_phases_pack_at_their_seq_len_keep_proportions_and_resume_exactly(sources):
+    root, flats = sources
+    recipe = _recipe(root, packing="first_fit")
+    ref = list(Loader.from_recipe(recipe, packing_cache_dir=root / "c"))
+    counts = Counter((b["phase_name"], int(s)) for b in ref for s in b["source"].tolist())
+    names = ("code", "math", "web")
+    for phase, mix in (("a", {"code": 0.5, "web": 0.3, "math": 0.2}), ("b", {"code": 0.25, "web": 0.5, "math": 0.25})):
+        total = sum(v for (p, _), v in counts.items() if p == phase)
+        for j, n in enumerate(names):
+            assert abs(counts[(phase, j)] / total - mix[n]) <= 0.02
+    assert {b["input_ids"].shape[1] for b in ref if b["phase_name"] == "b"} == {128}
+    # each row is a row of its source's table at the phase's seq_len and strategy
+    b0 = next(b for b in ref if b["phase_name"] == "b")
+    j = int(b0["source"][0])
+    row = b0["input_ids"][0][b0["loss_mask"][0] > 0]
+    assert np.isin(row, flats[names[j]]).all()
+    # resume inside phase b on another world size
+    step = next(i for i, b in enumerate(ref) if b["phase_name"] == "b") + 2
+    saved = Loader.from_recipe(recipe, packing_cache_dir=root / "c").state_at(step)
+    for r in range(2):
+        loader = Loader.from_recipe(recipe, packing_cache_dir=root / "c", rank=r, world_size=2)
+        loader.load_state_dict(saved)
+        for k, b in zip(range(3), loader):
+            assert np.array_equal(b["input_ids"], ref[step + k]["input_ids"][r * 4:(r + 1) * 4])
+            assert np.array_equal(b["cu_seqlens"][-1], 4 * 128)
+
+
+def test_recipe_packing_errors_name_the_phase(sources):
+    root, _ = sources
+    with pytest.raises(ConfigError, match=r"phases\[1\].packing: packing: unknown strategy 'bestfit'"):
+        Loader.from_recipe(_recipe(root, packing="bestfit"))
+    clash = _recipe(root, packing="first_fit")
+    clash["phases"][1]["seq_len"] = 64
+    with pytest.raises(ConfigError, match=r"phases\[1\] \(b\): packing 'first_fit' at seq_len 64"):
+        Loader.from_recipe(clash, packing_cache_dir=root / "c")
+
+
+def test_a_window_recipe_keeps_its_fingerprint(sources):
+    root, _ = sources
+    plain = _recipe(root)
+    del plain["packing"]
+    loader = Loader.from_recipe(plain)
+    assert all("packing" not in p for p in loader.recipe.to_json()["phases"])
