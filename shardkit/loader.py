@@ -78,6 +78,9 @@ class LoaderConfig(ReadConfig):
     def __post_init__(self) -> None:
         object.__setattr__(self, "seq_len", positive_int("seq_len", self.seq_len))
         object.__setattr__(self, "packing", PackingStrategy.parse(self.packing))
+        if self.balance_ranks is True and self.packing is PackingStrategy.WINDOW:
+            raise ConfigError("balance_ranks=True deals packed rows by attention cost; windows all cost the same: "
+                              "use packing='best_fit' (or 'first_fit'), or drop balance_ranks")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 1 << 64:
             raise ConfigError(f"seed must be an integer in [0, 2**64), got {self.seed!r}")
         object.__setattr__(self, "batch_schedule", _schedule(self.batch_schedule))

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..format.dataset import Dataset
 from ..order import ShuffleMode, item_sequence
+from .balance import Balancer
 from .config import Placement, ReadOptions, check_divisible
 from .fields import BatchFields, DocStarts, assemble
 from .gather import Gather
@@ -82,6 +83,7 @@ class Engine:
         self.mapper.on_map = {d: f for d, f in advice.items()} if read.readahead else {}
         self.gather = Gather(self.mapper, self.dtype, gates)
         self.packed = PackedReader(self.mapper, self.dtype)
+        self.balancer = Balancer(plan, placement.world_size) if read.balance_ranks else None
         self._gates = gates
         self.doc_starts = DocStarts(self.mapper)
         self._block_base: dict[tuple[int, int], int] = {}
@@ -196,6 +198,8 @@ class Engine:
         counts = hi - lo
         bounds = np.concatenate([[0], np.cumsum(counts)])
         positions = np.arange(int(bounds[-1]), dtype=np.int64) + np.repeat(lo - bounds[:-1], counts)
+        if self.balancer is not None and self.balancer.applies(phase):  # packed rows dealt by attention cost
+            positions = self.balancer.remap(phase, batches, counts, positions)
         rows = self.plan.rows(phase, positions)
         for j, stream in rows.streams.items():  # remote: fetch the chunk's blocks in order of first use
             gate = self._gates.get((j, p.seq_len))

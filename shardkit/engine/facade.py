@@ -51,6 +51,8 @@ class ReadConfig:
     storage_options: dict[str, Any] | None = None
     # packed rows' tables (packing=): default $SHARDKIT_PACK_CACHE_DIR or ~/.cache/shardkit/packing
     packing_cache_dir: str | os.PathLike[str] | None = None
+    # packed rows: deal each global batch's rows to ranks so their attention cost (Σ len²) is even
+    balance_ranks: bool = False
     # resume overrides (load_state_dict may also pass them): see engine.state.Overrides
     allow_budget_change: bool = False
     allow_recipe_change: bool = False
@@ -59,7 +61,8 @@ class ReadConfig:
     def read_options(self) -> ReadOptions:
         return ReadOptions(fields=self.fields, readahead=self.readahead, release=self.release,
                            max_open_shards=self.max_open_shards, cache_dir=self.cache_dir,
-                           cache_limit=self.cache_limit, storage_options=self.storage_options)
+                           cache_limit=self.cache_limit, storage_options=self.storage_options,
+                           balance_ranks=self.balance_ranks)
 
     def overrides(self) -> Overrides:
         return Overrides(allow_budget_change=self.allow_budget_change, allow_recipe_change=self.allow_recipe_change,

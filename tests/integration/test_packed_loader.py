@@ -216,3 +216,46 @@ def test_a_window_recipe_keeps_its_fingerprint(sources):
     del plain["packing"]
     loader = Loader.from_recipe(plain)
     assert all("packing" not in p for p in loader.recipe.to_json()["phases"])
+
+
+# -- balanced ranks -----------------------------------------------------------------------------------------------
+
+
+def _rank_batches(corpus, world, steps, **kw):
+    return [[b for b, _ in zip(_loader(corpus, rank=r, world_size=world, **kw), range(steps))] for r in range(world)]
+
+
+def _sq_cost(batch):
+    lens = np.diff(batch["cu_seqlens"]).astype(np.float64)  # padding segments too: attention computes them
+    return float((lens ** 2).sum())
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_balanced_ranks_keep_the_global_batch_and_even_out_attention_cost(corpus, world):
+    steps = 12
+    plain = _rank_batches(corpus, world, steps, batch_schedule=16)
+    even = _rank_batches(corpus, world, steps, batch_schedule=16, balance_ranks=True)
+    worst_plain = worst_even = 0.0
+    for k in range(steps):
+        a = np.concatenate([plain[r][k]["input_ids"] for r in range(world)])
+        b = np.concatenate([even[r][k]["input_ids"] for r in range(world)])
+        assert sorted(map(bytes, a)) == sorted(map(bytes, b))  # the same rows make up the global batch
+        cp = np.array([_sq_cost(plain[r][k]) for r in range(world)])
+        ce = np.array([_sq_cost(even[r][k]) for r in range(world)])
+        worst_plain, worst_even = max(worst_plain, cp.max() / cp.mean()), max(worst_even, ce.max() / ce.mean())
+    assert worst_even < worst_plain and worst_even <= 1.25
+
+
+def test_balanced_ranks_resume_on_another_world_size(corpus):
+    ref = _rank_batches(corpus, 4, 8, batch_schedule=16, balance_ranks=True)
+    saved = _loader(corpus, rank=1, world_size=2, batch_schedule=16, balance_ranks=True).state_at(5)
+    for r in range(4):
+        loader = _loader(corpus, rank=r, world_size=4, batch_schedule=16, balance_ranks=True)
+        loader.load_state_dict(saved)
+        for k, b in zip(range(3), loader):
+            assert np.array_equal(b["input_ids"], ref[r][5 + k]["input_ids"])
+
+
+def test_balance_ranks_needs_packed_rows(corpus):
+    with pytest.raises(ConfigError, match="balance_ranks=True deals packed rows"):
+        _loader(corpus, packing="window", balance_ranks=True)

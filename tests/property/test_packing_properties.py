@@ -182,3 +182,23 @@ def test_block_mask_is_block_diagonal_and_causal(L, data):
         for q in range(L):
             for k in range(L):
                 assert m[r, 0, q, k] == (seg[r, q] == seg[r, k] and k <= q)
+
+
+# -- balanced ranks -----------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 8), st.integers(1, 16), st.data())
+def test_balanced_order_deals_every_row_once_and_evenly(world, per, data):
+    from shardkit.engine.balance import balanced_order, rank_costs
+
+    costs = np.asarray(data.draw(st.lists(st.integers(0, 10**6), min_size=world * per, max_size=world * per)),
+                       dtype=np.float64)
+    p = balanced_order(costs, world)
+    assert sorted(p.tolist()) == list(range(costs.size))
+    shares = p.reshape(world, per)
+    assert (np.diff(shares, axis=1) > 0).all()  # each rank's rows in batch order
+    loads = rank_costs(costs, world, p)
+    # largest-first dealing: no rank exceeds the mean by more than one row's cost
+    assert loads.max() <= costs.sum() / world + costs.max() + 1e-6
+    assert np.array_equal(balanced_order(costs.copy(), world), p)  # a pure function
