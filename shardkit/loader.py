@@ -270,6 +270,9 @@ class MixtureLoader(StreamFacade):
                                   f"an earlier phase of that seq_len packs {seen.value!r}; phases of one seq_len "
                                   "share their rows, so give them the same packing")
         if all(s is PackingStrategy.WINDOW for s in packing.values()):
+            if self.config.balance_ranks:
+                raise ConfigError("balance_ranks=True deals packed rows by attention cost, but no phase of the "
+                                  "recipe packs: set packing: best_fit (or first_fit) in the recipe or a phase")
             return Windows
         return windows_factory(packing, self.config.packing_cache_dir)
 
