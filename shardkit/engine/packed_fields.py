@@ -45,30 +45,33 @@ def segment_starts(lengths: np.ndarray, counts: np.ndarray, width: int) -> tuple
 def packed_fields(lengths: np.ndarray, counts: np.ndarray, first: np.ndarray, seq_len: int,
                   fields: BatchFields) -> dict[str, Any]:
     """position_ids / cu_seqlens / max_seqlen / loss_mask of rows whose pieces have `lengths` (concatenated
-    in row order, `counts` per row); `first` marks pieces that begin a document."""
+    in row order, `counts` per row); `first` marks pieces that begin a document.
+
+    Everything is computed from the segment starts (a few per row), never by a scan over every slot: the
+    per-slot work is one `repeat` for the positions and one comparison for the mask."""
     width, n = seq_len + 1, counts.size
     lengths = np.asarray(lengths, dtype=np.int64)
     slot, used = segment_starts(lengths, counts, width)
-    boundary = np.zeros(n * width, dtype=bool)
-    boundary[slot] = True
     padded = np.flatnonzero(used < width)
-    boundary[padded * width + used[padded]] = True  # the padding is a segment of its own
-    b2 = boundary.reshape(n, width)
-    real = np.arange(1, width, dtype=np.int64)[None, :] < used[:, None]  # label slot t + 1 holds a token
-    mask = ~b2[:, 1:] & real
+    starts = np.sort(np.concatenate([slot, padded * width + used[padded]]))  # every segment, padding too
+    r, t = np.divmod(starts, width)
+    # loss where label slot t + 1 holds a token of the same segment as input slot t
+    mask = np.arange(1, width, dtype=np.int64)[None, :] < used[:, None]
+    inner = t > 0
+    mask[r[inner], t[inner] - 1] = False  # the label starts another segment
     if not fields.mask_doc_boundary:  # keep "end of a document → first token of the next one"
         doc_start = slot[np.asarray(first, dtype=bool) & (slot % width > 0)]
-        r, t = np.divmod(doc_start, width)
-        mask[r, t - 1] = True
+        dr, dt = np.divmod(doc_start, width)
+        mask[dr, dt - 1] = True
     out: dict[str, Any] = {"loss_mask": mask.astype(np.float32)}
     if fields.position_ids:
-        idx = np.arange(n * width, dtype=np.int64)
-        seg = np.where(boundary, idx, 0)
-        np.maximum.accumulate(seg, out=seg)
-        out["position_ids"] = (idx - seg).reshape(n, width)[:, :seq_len]
+        seg_len = np.diff(np.append(starts, n * width))
+        pos = np.arange(n * width, dtype=np.int64)
+        pos -= np.repeat(starts, seg_len)
+        out["position_ids"] = pos.reshape(n, width)[:, :seq_len]
     if fields.cu_seqlens:
-        inputs = b2[:, :seq_len].reshape(-1)
-        cu = np.append(np.flatnonzero(inputs), n * seq_len).astype(np.int32)
+        keep = t < seq_len  # a segment starting at the last slot holds no input
+        cu = np.append(r[keep] * seq_len + t[keep], n * seq_len).astype(np.int32)
         out["cu_seqlens"] = cu
         out["max_seqlen"] = int(np.diff(cu).max()) if cu.size > 1 else 0
     return out

@@ -20,7 +20,7 @@ from ..format.dataset import Dataset
 from .fields import BatchFields
 from .mapper import Mapper
 from .pack_table import cached_table
-from .packed_fields import packed_fields, segment_starts
+from .packed_fields import packed_fields
 from .packing import PackingStrategy, PackSpec, PackTable, _ranges
 from .plan import Rows
 from .windows import Windows
@@ -118,18 +118,32 @@ class PackedReader:
         return out
 
     def _fill(self, pw: PackedWindows, ids: np.ndarray, out: np.ndarray) -> None:
+        """Pieces back to back from slot 0 of each row: the destination is every slot before the row's
+        padding (one boolean mask), the source one gather per shard touched."""
         _, counts, starts, lengths = pw.table.pieces(ids)
-        slot, _ = segment_starts(lengths, counts, out.shape[1])
+        width = out.shape[1]
+        used = np.bincount(np.repeat(np.arange(ids.size), counts), weights=lengths, minlength=ids.size)
+        dest = np.arange(width)[None, :] < used[:, None]
         shard = np.searchsorted(pw.offsets, starts, side="right") - 1
-        local = starts - pw.offsets[shard]
-        flat = out.reshape(-1)
         shards = np.unique(shard).tolist()
-        for s in shards:
-            k = slice(None) if len(shards) == 1 else np.flatnonzero(shard == s)
+        if len(shards) == 1:
+            src = [(shards[0], starts - pw.offsets[shards[0]], lengths)]
+        else:  # pieces in row order, read shard by shard
+            src = [(s, starts[k] - pw.offsets[s], lengths[k]) for s in shards for k in [shard == s]]
+        parts = []
+        for s, local, n in src:
             g = pw.gid_base + s
             m = self.mapper.tokens(g)
             m.check_intact(self.mapper.shard(g))  # one fstat: a truncated file raises instead of SIGBUS
-            flat[_ranges(slot[k], lengths[k])] = m.tokens[_ranges(local[k], lengths[k])]
+            parts.append(m.tokens[_ranges(local, n)])
+        if len(parts) == 1:
+            out[dest] = parts[0]
+        else:
+            flat = np.empty(int(lengths.sum()), dtype=out.dtype)
+            at = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+            for (s, _, n), part in zip(src, parts):
+                flat[_ranges(at[shard == s], n)] = part
+            out[dest] = flat
 
     def fields(self, rows: Rows, a: int, z: int, tokens: np.ndarray, seq_len: int, fields: BatchFields
                ) -> dict[str, Any]:
