@@ -34,7 +34,27 @@ def balanced_order(costs: np.ndarray, world_size: int) -> np.ndarray:
         taken[r].append(i)
         if len(taken[r]) < per:
             heapq.heappush(heap, (load + float(costs[i]), r))
-    return np.concatenate([np.sort(np.asarray(t, dtype=np.int64)) for t in taken])
+    shares = np.array(taken, dtype=np.int64)  # (world, per)
+    _refine(shares, costs)
+    return np.sort(shares, axis=1).reshape(-1)
+
+
+def _refine(shares: np.ndarray, costs: np.ndarray, rounds: int | None = None) -> None:
+    """Swap one row between the most and the least loaded rank while that lowers the most loaded one
+    (the largest-first deal with equal row counts can leave a rank of many expensive rows)."""
+    for _ in range(rounds if rounds is not None else 4 * shares.shape[0]):
+        loads = costs[shares].sum(axis=1)
+        a, b = int(np.argmax(loads)), int(np.argmin(loads))
+        gap = loads[a] - loads[b]
+        if gap <= 0:
+            return
+        delta = costs[shares[a]][:, None] - costs[shares[b]][None, :]  # moving row i of a for row j of b
+        # the new larger of the two loads; only swaps with 0 < delta < gap lower the maximum
+        after = np.where((delta > 0) & (delta < gap), np.maximum(loads[a] - delta, loads[b] + delta), np.inf)
+        i, j = np.unravel_index(int(np.argmin(after)), after.shape)
+        if not np.isfinite(after[i, j]):
+            return
+        shares[a, i], shares[b, j] = shares[b, j], shares[a, i]
 
 
 def rank_costs(costs: np.ndarray, world_size: int, order: np.ndarray | None = None) -> np.ndarray:

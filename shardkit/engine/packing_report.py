@@ -20,15 +20,22 @@ __all__ = ["packing_report", "rank_balance"]
 def rank_balance(table: PackTable, batches: list[np.ndarray], world_size: int) -> dict[str, float]:
     """Mean and worst max/mean of per-rank Σ len² over global batches (row ids of each), without and with
     the balanced deal."""
-    plain, even = [], []
+    plain, even, bound = [], [], []
     for ids in batches:
         costs = table.cost(ids)
+        mean = costs.sum() / world_size
+        # no deal of B/W rows per rank does better than the rank holding the costliest row plus the
+        # cheapest rows it must also take
+        per = costs.size // world_size
+        floor = float(costs.max() + np.sort(costs)[:per - 1].sum())
+        bound.append(max(floor, mean) / mean if mean else 1.0)
         for out, order in ((plain, None), (even, balanced_order(costs, world_size))):
             loads = rank_costs(costs, world_size, order)
             out.append(float(loads.max() / loads.mean()) if loads.mean() > 0 else 1.0)
     return {"world_size": world_size, "batches": len(batches),
             "max_over_mean": float(np.mean(plain)), "max_over_mean_worst": float(np.max(plain)),
-            "balanced_max_over_mean": float(np.mean(even)), "balanced_max_over_mean_worst": float(np.max(even))}
+            "balanced_max_over_mean": float(np.mean(even)), "balanced_max_over_mean_worst": float(np.max(even)),
+            "lower_bound_mean": float(np.mean(bound)), "lower_bound_worst": float(np.max(bound))}
 
 
 def packing_report(loader: Any, *, world_size: int, batches: int = 64) -> dict[str, Any]:
