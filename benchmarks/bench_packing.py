@@ -225,7 +225,7 @@ def main() -> None:
     for r in bal:
         print(f"  {r['corpus']:<10} seq_len {r['seq_len']:>5,}: contiguous slices {r['max_over_mean']:.3f} (worst "
               f"{r['max_over_mean_worst']:.3f}); balance_ranks {r['balanced_max_over_mean']:.3f} (worst "
-              f"{r['balanced_max_over_mean_worst']:.3f}); best possible {r['lower_bound_mean']:.3f} (worst "
+              f"{r['balanced_max_over_mean_worst']:.3f}); lower bound {r['lower_bound_mean']:.3f} (worst "
               f"{r['lower_bound_worst']:.3f})")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

@@ -21,7 +21,7 @@ from .fields import BatchFields
 from .mapper import Mapper
 from .pack_table import cached_table
 from .packed_fields import packed_fields
-from .packing import PackingStrategy, PackSpec, PackTable, _ranges
+from .packing import PackingStrategy, PackSpec, PackTable, concat_ranges
 from .plan import Rows
 from .windows import Windows
 
@@ -135,14 +135,14 @@ class PackedReader:
             g = pw.gid_base + s
             m = self.mapper.tokens(g)
             m.check_intact(self.mapper.shard(g))  # one fstat: a truncated file raises instead of SIGBUS
-            parts.append(m.tokens[_ranges(local, n)])
+            parts.append(m.tokens[concat_ranges(local, n)])
         if len(parts) == 1:
             out[dest] = parts[0]
         else:
             flat = np.empty(int(lengths.sum()), dtype=out.dtype)
             at = np.concatenate([[0], np.cumsum(lengths)[:-1]])
             for (s, _, n), part in zip(src, parts):
-                flat[_ranges(at[shard == s], n)] = part
+                flat[concat_ranges(at[shard == s], n)] = part
             out[dest] = flat
 
     def fields(self, rows: Rows, a: int, z: int, tokens: np.ndarray, seq_len: int, fields: BatchFields

@@ -32,8 +32,8 @@ import numpy as np
 from ..errors import ConfigError
 from ..order.packing import PackingStrategy
 
-__all__ = ["DEFAULT_GROUP_TOKENS", "PackSpec", "PackTable", "PackingStrategy", "build_table", "fill_rows",
-           "split_pieces"]
+__all__ = ["DEFAULT_GROUP_TOKENS", "PackSpec", "PackTable", "PackingStrategy", "build_table", "concat_ranges",
+           "fill_rows", "split_pieces"]
 
 # documents starting in the same 4 Mi-token stretch are packed together: 2,048 rows of 2,048 tokens, enough
 # for best-fit to leave well under 1 % padding on real corpora, and 8 MiB of uint16 tokens — below one
@@ -93,7 +93,7 @@ class PackTable:
         rows = np.asarray(rows, dtype=np.int64)
         a, z = self.row_ptr[rows], self.row_ptr[rows + 1]
         counts = z - a
-        idx = _ranges(a, counts)
+        idx = concat_ranges(a, counts)
         return self.length[idx], counts
 
     def pieces(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -101,7 +101,7 @@ class PackTable:
         rows = np.asarray(rows, dtype=np.int64)
         a = self.row_ptr[rows]
         counts = self.row_ptr[rows + 1] - a
-        idx = _ranges(a, counts)
+        idx = concat_ranges(a, counts)
         return idx, counts, self.start[idx], self.length[idx]
 
     def cost(self, rows: np.ndarray) -> np.ndarray:
@@ -123,7 +123,7 @@ class PackTable:
                 "tokens": used, "padding_fraction": (slots - used) / slots if slots else 0.0}
 
 
-def _ranges(a: np.ndarray, counts: np.ndarray) -> np.ndarray:
+def concat_ranges(a: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Concatenated aranges [a_i, a_i + counts_i)."""
     total = int(counts.sum())
     if not total:
@@ -185,7 +185,7 @@ def _first_fit(lengths: list[int], width: int) -> list[list[int]]:
     room = np.zeros(max(1, len(lengths)), dtype=np.int64)
     rows: list[list[int]] = []
     n = 0
-    lo = 0  # rows before lo are too full for any piece (room < 2 ≤ every split remainder; 1-token docs aside)
+    lo = 0  # rows before lo are full: never searched again
     for i, size in enumerate(lengths):
         hit = np.flatnonzero(room[lo:n] >= size)
         if hit.size:
@@ -247,5 +247,5 @@ def fill_rows(tokens: np.ndarray, table: PackTable, rows: np.ndarray, pad: int =
     base = np.zeros(rows.size, dtype=np.int64)
     base[counts > 0] = (ends - lengths)[first_piece[counts > 0]]
     slot = row_of * width + (ends - lengths) - base[row_of]
-    out.reshape(-1)[_ranges(slot, lengths)] = np.asarray(tokens)[_ranges(starts, lengths)]
+    out.reshape(-1)[concat_ranges(slot, lengths)] = np.asarray(tokens)[concat_ranges(starts, lengths)]
     return out
