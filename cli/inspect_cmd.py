@@ -6,10 +6,13 @@ import json
 
 import click
 
+from shardkit.engine.packing_report import packing_report
 from shardkit.inspect import DatasetSummary, bin_label, inspect_dataset, plot_summary, show_document
+from shardkit.loader import Loader
 from shardkit.units import human_bytes, human_count
 
 from .options import check_dataset_arg, json_option, remote_dataset_options
+from .stream_cmd import packing_lines
 
 __all__ = ["inspect_cmd", "render_summary", "show_cmd"]
 
@@ -20,9 +23,21 @@ BAR_WIDTH = 40
 @click.argument("dataset")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True), default=None,
               metavar="FILE.png", help="Also draw the length histogram and tokens per shard (needs shardkit[plot]).")
+@click.option("--packing", type=click.Choice(["first_fit", "best_fit"]), default=None,
+              help="Also report what packing documents into rows of --seq-len does: rows, padding, documents "
+                   "split, per-rank attention balance.")
+@click.option("--seq-len", type=click.IntRange(min=1), default=2048, show_default=True,
+              help="With --packing: the row length.")
+@click.option("--world-size", type=click.IntRange(min=1), default=8, show_default=True,
+              help="With --packing: ranks for the attention-balance figures.")
+@click.option("--batch", "batch_size", type=click.IntRange(min=1), default=64, show_default=True,
+              help="With --packing: the global batch size for the balance figures.")
+@click.option("--packing-cache-dir", type=click.Path(file_okay=False), default=None,
+              help="Where packing tables are kept [default: $SHARDKIT_PACK_CACHE_DIR, else ~/.cache/shardkit/packing].")
 @remote_dataset_options
 @json_option
-def inspect_cmd(dataset, plot_path, cache_dir, cache_limit, storage_options, as_json):
+def inspect_cmd(dataset, plot_path, packing, seq_len, world_size, batch_size, packing_cache_dir, cache_dir,
+                cache_limit, storage_options, as_json):
     """Summarise DATASET: tokenizer, dtype, sizes, sources, document-length percentiles and histogram.
 
     DATASET is a directory or a URL (s3://, gs://, ...): then only the manifest and indexes are fetched.
@@ -30,12 +45,22 @@ def inspect_cmd(dataset, plot_path, cache_dir, cache_limit, storage_options, as_
     check_dataset_arg(dataset, cache_dir, cache_limit, storage_options)
     summary = inspect_dataset(dataset.removeprefix("file://"), cache_dir=cache_dir, cache_limit=cache_limit,
                               storage_options=storage_options)
+    packed = None
+    if packing is not None:
+        if batch_size % world_size:
+            raise click.UsageError(f"--batch {batch_size} is not divisible by --world-size {world_size}")
+        loader = Loader(dataset.removeprefix("file://"), seq_len=seq_len, packing=packing, batch_schedule=batch_size,
+                        packing_cache_dir=packing_cache_dir, rank=0, world_size=world_size, readahead=False)
+        packed = packing_report(loader, world_size=world_size)
+        loader.close()
     if plot_path:
         plot_summary(summary, plot_path)
     if as_json:
-        click.echo(json.dumps(summary.to_json(), indent=2))
+        click.echo(json.dumps({**summary.to_json(), **({"packing": packed} if packed else {})}, indent=2))
         return
     click.echo(render_summary(summary))
+    if packed is not None:
+        click.echo(packing_lines(packed).replace("  packing", "packing   ", 1))
     if plot_path:
         click.echo(f"plot written to {plot_path}")
 

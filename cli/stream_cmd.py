@@ -13,6 +13,7 @@ import warnings
 import click
 from click.core import ParameterSource
 
+from shardkit.engine.packing_report import packing_report
 from shardkit.loader import Loader, MixtureLoader
 from shardkit.mixture import RecipeWarning
 from shardkit.order import Ramp
@@ -22,7 +23,7 @@ from shardkit.units import human_count
 from .options import ByteSize, check_dataset_arg, json_option, storage_option_flag
 from .progress import StatusLine
 
-_LOADER_ONLY = ("seq_len", "batch_size", "ramp", "seed", "shuffle", "max_epochs")  # the recipe sets these
+_LOADER_ONLY = ("seq_len", "batch_size", "ramp", "seed", "shuffle", "max_epochs", "packing")  # the recipe sets these
 
 
 def _ramp(ctx, param, value):
@@ -60,11 +61,19 @@ def _ramp(ctx, param, value):
 @click.option("--cache-limit", type=ByteSize(), default=None,
               help="A remote DATASET (or recipe source): the cache's size limit, e.g. 20GiB [default: $SHARDKIT_REMOTE_CACHE_LIMIT, "
                    "else 16GiB].")
+@click.option("--packing", type=click.Choice(["window", "first_fit", "best_fit"]), default="window",
+              show_default=True, help="Rows: windows over the token stream, or whole documents packed "
+                                      "(a recipe sets it per phase).")
+@click.option("--packing-cache-dir", type=click.Path(file_okay=False), default=None,
+              help="Where packing tables are kept [default: $SHARDKIT_PACK_CACHE_DIR, else ~/.cache/shardkit/packing].")
+@click.option("--balance-ranks", is_flag=True, help="Packed rows: deal each global batch to ranks by attention "
+                                                     "cost (Σ len²).")
 @storage_option_flag
 @json_option
 @click.pass_context
 def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, shuffle, steps, start_step, rank,
-               world_size, workers, max_epochs, cache_dir, cache_limit, storage_options, as_json):
+               world_size, workers, max_epochs, cache_dir, cache_limit, packing, packing_cache_dir, balance_ranks,
+               storage_options, as_json):
     """Run the loader on DATASET (or a --recipe mixture) without a trainer; print tokens/s and a digest.
 
     DATASET is a dataset directory or a remote URL (s3://, gs://, az://, ...) streamed through a bounded
@@ -80,18 +89,24 @@ def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, sh
             raise click.UsageError(f"{flag} does not apply with --recipe: the recipe sets it")
         _stream_recipe(recipe, strict=strict, steps=steps, start_step=start_step, rank=rank,
                        world_size=world_size, workers=workers, as_json=as_json, cache_dir=cache_dir,
-                       cache_limit=cache_limit, storage_options=storage_options)
+                       cache_limit=cache_limit, storage_options=storage_options,
+                       packing_cache_dir=packing_cache_dir, balance_ranks=balance_ranks)
         return
     if strict:
         raise click.UsageError("--strict applies to --recipe only")
     loader = Loader(dataset, seq_len=seq_len, seed=seed, batch_schedule=ramp or batch_size, shuffle=shuffle,
                     rank=rank, world_size=world_size, max_epochs=max_epochs, cache_dir=cache_dir,
-                    cache_limit=cache_limit, storage_options=storage_options)
+                    cache_limit=cache_limit, storage_options=storage_options, packing=packing,
+                    packing_cache_dir=packing_cache_dir, balance_ranks=balance_ranks)
     if start_step:
         loader.load_state_dict(loader.state_at(start_step))
+    packed = packing_report(loader, world_size=world_size, batches=min(steps, 256)) if packing != "window" \
+        else None
     report = _run(loader, steps, workers, as_json)
     out = {"dataset": dataset, **_common(report, rank, world_size, workers),
            "state_after": loader.state_at(report.last_batch + 1) if report.batches else None}
+    if packed is not None:
+        out["packing"] = packed
     if remote:
         out["cache"] = loader.dataset.stats()
     if as_json:
@@ -105,6 +120,8 @@ def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, sh
         click.echo(f"  reads: {m['bytes_copied'] / 2**20:.1f} MiB copied, {m['epoch_distinct_blocks']} distinct "
                    f"shuffle blocks this epoch, {m['groups_entered']} groups entered, "
                    f"{m['bytes_prefetched'] / 2**20:.0f} MiB hinted ahead")
+    if packed is not None:
+        click.echo(packing_lines(packed))
     if remote and workers == 0:  # (with workers, each worker process has its own downloads)
         c = loader.dataset.stats()
         click.echo(f"  cache: {c['bytes_downloaded'] / 2**20:.1f} MiB downloaded in {c['blocks_downloaded']} blocks, "
@@ -134,12 +151,26 @@ def _echo_summary(report: StreamReport) -> None:
                f"{report.seconds:.2f}s: {human_count(report.tokens_per_s)} tok/s")
 
 
+def packing_lines(p: dict) -> str:
+    """The packing report: rows, padding, documents split, and the per-rank attention-cost balance."""
+    lines = [f"  packing {p['strategy']} at seq_len {p['seq_len']:,}: {p['rows']:,} rows per epoch, "
+             f"{100 * p['padding_fraction']:.2f}% padding, {p['documents_split']:,} of {p['documents']:,} "
+             f"documents split"]
+    b = p.get("balance")
+    if b is not None and b["world_size"] > 1:
+        lines.append(f"  per-rank attention cost (Σ len², {b['batches']} batches, world size {b['world_size']}): "
+                     f"max/mean {b['max_over_mean']:.3f} (worst {b['max_over_mean_worst']:.3f}); balanced "
+                     f"{b['balanced_max_over_mean']:.3f} (worst {b['balanced_max_over_mean_worst']:.3f})")
+    return "\n".join(lines)
+
+
 def _stream_recipe(recipe, *, strict, steps, start_step, rank, world_size, workers, as_json, cache_dir=None,
-                   cache_limit=None, storage_options=None) -> None:
+                   cache_limit=None, storage_options=None, packing_cache_dir=None, balance_ranks=False) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RecipeWarning)
         loader = MixtureLoader(recipe, strict=strict, rank=rank, world_size=world_size, cache_dir=cache_dir,
-                               cache_limit=cache_limit, storage_options=storage_options)  # remote sources
+                               cache_limit=cache_limit, storage_options=storage_options,  # remote sources
+                               packing_cache_dir=packing_cache_dir, balance_ranks=balance_ranks)
         if start_step:
             loader.load_state_dict(loader.state_at(start_step))
         report = _run(loader, steps, workers, as_json)

@@ -28,7 +28,11 @@ import numpy as np
 from .engine import ENDLESS_TOKENS, SourceDef
 from .engine.config import Placement, check_flag, check_optional_positive
 from .engine.facade import ReadConfig, StreamFacade, build_config
+from .engine.pack_table import cached_table
+from .engine.packed_rows import PackedWindows, windows_factory
+from .engine.packing import DEFAULT_GROUP_TOKENS, PackingStrategy, PackSpec, PackTable
 from .engine.state import SINGLE_SOURCE
+from .engine.windows import Windows
 from .errors import ConfigError
 from .format import Dataset
 from .mixture.phases import Phase, PhasePlan
@@ -67,9 +71,16 @@ class LoaderConfig(ReadConfig):
     group_blocks: int | None = None
     max_tokens: int | None = None
     max_epochs: int | None = None
+    # "window": fixed windows over the token stream; "first_fit" / "best_fit": whole documents packed into
+    # rows (engine/packing.py), which then always carry loss_mask, position_ids and cu_seqlens
+    packing: PackingStrategy | str = "window"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "seq_len", positive_int("seq_len", self.seq_len))
+        object.__setattr__(self, "packing", PackingStrategy.parse(self.packing))
+        if self.balance_ranks is True and self.packing is PackingStrategy.WINDOW:
+            raise ConfigError("balance_ranks=True deals packed rows by attention cost; windows all cost the same: "
+                              "use packing='best_fit' (or 'first_fit'), or drop balance_ranks")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 1 << 64:
             raise ConfigError(f"seed must be an integer in [0, 2**64), got {self.seed!r}")
         object.__setattr__(self, "batch_schedule", _schedule(self.batch_schedule))
@@ -110,9 +121,33 @@ class Loader(StreamFacade):
         """A `MixtureLoader` over a recipe (YAML/TOML/JSON path, dict or Recipe): see docs/mixtures.md."""
         return MixtureLoader(recipe, **kwargs)
 
+    def _windows_of(self) -> Any:
+        table = self._packed_table
+        if table is None:
+            return Windows
+        return lambda dataset, seq_len, gid_base: PackedWindows(dataset, table, gid_base)
+
+    @property
+    def _packed_table(self) -> PackTable | None:
+        """The packing table (None for windows): opened (or built) once per loader object."""
+        c = self.config
+        if c.packing is PackingStrategy.WINDOW:
+            return None
+        table = self.__dict__.get("_packed_table_cache")
+        if table is None:
+            spec = PackSpec(strategy=c.packing, seq_len=c.seq_len)
+            table = self.__dict__["_packed_table_cache"] = cached_table(self.dataset, spec, c.packing_cache_dir)
+        return table
+
+    @property
+    def _packed_rows(self) -> int | None:
+        """Rows per epoch of the packing table (None for windows): what max_epochs counts in."""
+        table = self._packed_table
+        return None if table is None else table.num_rows
+
     def _definition_parts(self) -> tuple[dict[str, Dataset], dict[str, SourceDef], PhasePlan, int]:
         c = self.config
-        budget = self.budget_samples_of(c, self.dataset)
+        budget = self.budget_samples_of(c, self.dataset, self._packed_rows)
         phase = Phase(name="main", tokens=ENDLESS_TOKENS, seq_len=c.seq_len, batch=c.batch_schedule,
                       mix={SINGLE_SOURCE: 1})
         source = SourceDef(name=SINGLE_SOURCE, dataset=self.dataset, shuffle=c.shuffle, max_samples=budget,
@@ -120,8 +155,9 @@ class Loader(StreamFacade):
         return {SINGLE_SOURCE: self.dataset}, {SINGLE_SOURCE: source}, PhasePlan([phase]), c.seed
 
     @staticmethod
-    def budget_samples_of(c: LoaderConfig, dataset: Dataset) -> int | None:
-        n = max(0, (dataset.num_tokens - 1) // c.seq_len)
+    def budget_samples_of(c: LoaderConfig, dataset: Dataset, rows: int | None = None) -> int | None:
+        """Samples in the token/epoch budget; `rows`: an epoch's packed rows (else windows)."""
+        n = max(0, (dataset.num_tokens - 1) // c.seq_len) if rows is None else rows
         budgets = [c.max_tokens // c.seq_len if c.max_tokens else None, c.max_epochs * n if c.max_epochs else None]
         return min((b for b in budgets if b is not None), default=None)
 
@@ -161,7 +197,7 @@ class Loader(StreamFacade):
 
     @property
     def budget_samples(self) -> int | None:
-        return self.budget_samples_of(self.config, self.dataset)
+        return self.budget_samples_of(self.config, self.dataset, self._packed_rows)
 
     def num_batches(self) -> int | None:
         """Batches in the token/epoch budget (None for an endless stream); a partial last batch is dropped."""
@@ -173,8 +209,11 @@ class Loader(StreamFacade):
 
     def _stream_definition(self) -> dict[str, Any]:
         c = self.config
-        return {"seq_len": c.seq_len, "seed": c.seed, "shuffle": self.shuffle.to_json(),
-                "schedule": self.schedule.to_json(), "budget_samples": self.budget_samples}
+        out = {"seq_len": c.seq_len, "seed": c.seed, "shuffle": self.shuffle.to_json(),
+               "schedule": self.schedule.to_json(), "budget_samples": self.budget_samples}
+        if c.packing is not PackingStrategy.WINDOW:  # windows keep the definition (and fingerprint) they had
+            out["packing"] = {"strategy": c.packing.value, "group_tokens": DEFAULT_GROUP_TOKENS}  # type: ignore[union-attr]
+        return out
 
     def _dataset_fingerprints(self) -> dict[str, str]:
         return {SINGLE_SOURCE: self.dataset.fingerprint}
@@ -219,6 +258,23 @@ class MixtureLoader(StreamFacade):
             desc = ", ".join(f"{n}: {k[1] or k[0]} ({k[2]} tokens)" for n, k in sorted(keyed.items()))
             warnings.warn(f"the sources were packed with different tokenizers ({desc}); their token ids do "
                           "not mean the same thing", MixtureWarning, stacklevel=4)
+
+    def _windows_of(self) -> Any:
+        """Each phase's packing at its seq_len; phases of one seq_len share their sources' rows, so they must
+        agree on how the rows are cut."""
+        packing: dict[int, PackingStrategy] = {}
+        for i, p in enumerate(self.recipe.phases):
+            seen = packing.setdefault(p.seq_len, p.packing)
+            if seen is not p.packing:
+                raise ConfigError(f"phases[{i}] ({p.name}): packing {p.packing.value!r} at seq_len {p.seq_len}, but "
+                                  f"an earlier phase of that seq_len packs {seen.value!r}; phases of one seq_len "
+                                  "share their rows, so give them the same packing")
+        if all(s is PackingStrategy.WINDOW for s in packing.values()):
+            if self.config.balance_ranks:
+                raise ConfigError("balance_ranks=True deals packed rows by attention cost, but no phase of the "
+                                  "recipe packs: set packing: best_fit (or first_fit) in the recipe or a phase")
+            return Windows
+        return windows_factory(packing, self.config.packing_cache_dir)
 
     def _definition_parts(self) -> tuple[dict[str, Dataset], dict[str, SourceDef], PhasePlan, int]:
         r = self.recipe

@@ -85,10 +85,12 @@ class ReadOptions:
     cache_dir: str | os.PathLike[str] | None = None
     cache_limit: int | str | None = None
     storage_options: dict[str, Any] | None = None
+    balance_ranks: bool = False  # packed rows: deal each global batch's rows to ranks by Σ len² (engine/balance.py)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fields", BatchFields.parse(self.fields))
         check_flag("readahead", self.readahead)
+        check_flag("balance_ranks", self.balance_ranks)
         if self.release not in RELEASE_MODES:
             raise ConfigError(f"release must be 'evict' or 'unmap', got {self.release!r}")
         check_budget(self.max_open_shards)

@@ -21,11 +21,13 @@ import numpy as np
 
 from ..format.dataset import Dataset
 from ..order import ShuffleMode, item_sequence
+from .balance import Balancer
 from .config import Placement, ReadOptions, check_divisible
 from .fields import BatchFields, DocStarts, assemble
 from .gather import Gather
 from .mapper import Mapper
 from .metrics import LoaderMetrics
+from .packed_rows import PackedReader, is_packed
 from .plan import Plan
 from .readahead import GroupHints, HintWorker, ReadMetrics, advise_hugepage, advise_random, hint_rows
 
@@ -82,6 +84,8 @@ class Engine:
                 advice.setdefault(d, advise_hugepage)
         self.mapper.on_map = {d: f for d, f in advice.items()} if read.readahead else {}
         self.gather = Gather(self.mapper, self.dtype, gates)
+        self.packed = PackedReader(self.mapper, self.dtype)
+        self.balancer = Balancer(plan, placement.world_size) if read.balance_ranks else None
         self._gates = gates
         self.doc_starts = DocStarts(self.mapper)
         self._block_base: dict[tuple[int, int], int] = {}
@@ -196,6 +200,8 @@ class Engine:
         counts = hi - lo
         bounds = np.concatenate([[0], np.cumsum(counts)])
         positions = np.arange(int(bounds[-1]), dtype=np.int64) + np.repeat(lo - bounds[:-1], counts)
+        if self.balancer is not None and self.balancer.applies(phase):  # packed rows dealt by attention cost
+            positions = self.balancer.remap(phase, batches, counts, positions)
         rows = self.plan.rows(phase, positions)
         for j, stream in rows.streams.items():  # remote: fetch the chunk's blocks in order of first use
             gate = self._gates.get((j, p.seq_len))
@@ -222,7 +228,8 @@ class Engine:
         epochs_first = rows.epochs[first_rows] if rows.size else np.zeros(0, np.int64)
         reads = (epochs_first, bounds, micros == 0, blocks, row_bytes, self._num_blocks)
         delivered = self.metrics.open_chunk(phase, per_item, reads)  # [items handed out]: one store per item
-        plain = not fields.needs_docs and not fields.loss_mask
+        packed = is_packed(rows)
+        plain = not packed and not fields.needs_docs and not fields.loss_mask
         tokens_only = fields.tokens_only
         label = self.label_sources
         # each item's `source` rows: views made in one C-level pass when every item has the same row count
@@ -235,8 +242,10 @@ class Engine:
         enter_at.append((units.size, None, 0, 0))  # a sentinel: no test of the list's length per item
         next_enter = 0
         enter_item = enter_at[0][0]
-        prepared = self.gather.chunk(rows, slab_bounds, width)
+        prepared = None if packed else self.gather.chunk(rows, slab_bounds, width)
         next_slab_of = prepared.slab if prepared is not None else (lambda a, z: self.gather.slab(rows, a, z, width))
+        if packed:
+            next_slab_of = lambda a, z: self.packed.slab(rows, a, z, width)  # noqa: E731
         slab: np.ndarray | None = None
         slab_base = slab_end = 0
         next_slab = 0
@@ -261,6 +270,8 @@ class Engine:
             delivered[0] = i + 1
             if plain:  # the common case, without a call per field
                 out = {"tokens": tokens} if tokens_only else {"input_ids": tokens[:, :-1], "labels": tokens[:, 1:]}
+            elif packed:
+                out = self.packed.fields(rows, a, z, tokens, p.seq_len, fields)
             else:
                 out = self._fields(rows, a, z, tokens, p.seq_len, fields)
             if label:

@@ -12,7 +12,7 @@ import difflib
 import os
 import warnings
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
@@ -27,6 +27,7 @@ from .fields import BatchFields
 from .plan import Plan, SourceDef
 from .resume import resume
 from .state import Overrides, make_state, parse_state, stream_fingerprint
+from .windows import Windows
 
 __all__ = ["ReadConfig", "StreamFacade", "build_config"]
 
@@ -48,6 +49,10 @@ class ReadConfig:
     cache_dir: str | os.PathLike[str] | None = None  # default $SHARDKIT_REMOTE_CACHE_DIR
     cache_limit: int | str | None = None  # bytes or "20GiB"; default $SHARDKIT_REMOTE_CACHE_LIMIT, else 16 GiB
     storage_options: dict[str, Any] | None = None
+    # packed rows' tables (packing=): default $SHARDKIT_PACK_CACHE_DIR or ~/.cache/shardkit/packing
+    packing_cache_dir: str | os.PathLike[str] | None = None
+    # packed rows: deal each global batch's rows to ranks so their attention cost (Σ len²) is even
+    balance_ranks: bool = False
     # resume overrides (load_state_dict may also pass them): see engine.state.Overrides
     allow_budget_change: bool = False
     allow_recipe_change: bool = False
@@ -56,7 +61,8 @@ class ReadConfig:
     def read_options(self) -> ReadOptions:
         return ReadOptions(fields=self.fields, readahead=self.readahead, release=self.release,
                            max_open_shards=self.max_open_shards, cache_dir=self.cache_dir,
-                           cache_limit=self.cache_limit, storage_options=self.storage_options)
+                           cache_limit=self.cache_limit, storage_options=self.storage_options,
+                           balance_ranks=self.balance_ranks)
 
     def overrides(self) -> Overrides:
         return Overrides(allow_budget_change=self.allow_budget_change, allow_recipe_change=self.allow_recipe_change,
@@ -64,6 +70,8 @@ class ReadConfig:
 
     def _check_common(self) -> None:
         object.__setattr__(self, "fields", self.read_options().fields)  # validates every read option
+        if self.packing_cache_dir is not None and not isinstance(self.packing_cache_dir, (str, os.PathLike)):
+            raise ConfigError(f"packing_cache_dir must be a path or None, got {self.packing_cache_dir!r}")
         check_optional_positive("micro_batch_size", self.micro_batch_size)
         self.overrides()
 
@@ -115,7 +123,7 @@ class StreamFacade:
             for d in unique:
                 bases[id(d)] = at
                 at += d.num_shards
-            plan = Plan(phases, sources, seed, bases)
+            plan = Plan(phases, sources, seed, bases, self._windows_of())
             self._engine = Engine(plan, unique, self.placement, self.config.read_options(),
                                   label_sources=self._kind == "recipe")
             self._engine.metrics.position = _Position(self)
@@ -123,6 +131,10 @@ class StreamFacade:
 
     def _definition_parts(self) -> tuple[dict[str, Dataset], dict[str, SourceDef], PhasePlan, int]:
         raise NotImplementedError
+
+    def _windows_of(self) -> Callable[[Dataset, int, int], Windows]:
+        """How the plan cuts a source into samples at a seq_len: windows, or packed rows (`packing=`)."""
+        return Windows
 
     @property
     def engine(self) -> Engine:

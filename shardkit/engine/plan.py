@@ -16,6 +16,7 @@ handful of vectorised calls per source.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -99,9 +100,10 @@ class Rows:
 class Plan:
     """The rows of every global batch, for a phase plan over sources (see the module docstring)."""
 
-    def __init__(self, phases: PhasePlan, sources: dict[str, SourceDef], seed: int, gid_base: dict[int, int]
-                 ) -> None:
+    def __init__(self, phases: PhasePlan, sources: dict[str, SourceDef], seed: int, gid_base: dict[int, int],
+                 windows_of: Callable[[Dataset, int, int], Windows] = Windows) -> None:
         self.phases = phases
+        self._windows_of = windows_of  # (dataset, seq_len, gid base) → its samples: windows, or packed rows
         self.sources = sources
         self.seed = seed
         self.names: tuple[str, ...] = phases.sources
@@ -119,7 +121,7 @@ class Plan:
 
     def _stream(self, j: int, src: SourceDef, length: int, gid_base: int) -> Stream:
         ds = src.dataset
-        windows = Windows(ds, length, gid_base)
+        windows = self._windows_of(ds, length, gid_base)
         shuffle = ShuffleConfig.default(src.shuffle, seq_len=length, itemsize=ds.dtype.itemsize,
                                         num_samples=windows.num_samples)
         if src.block_samples or src.group_blocks:

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import ConfigError
-from ..order import BatchSchedule, parse_schedule
+from ..order import BatchSchedule, PackingStrategy, parse_schedule
 from ..order._checks import nonneg_int, positive_int
 from .batch_interleave import BatchInterleave
 from .weights import normalize_weights
@@ -41,8 +41,10 @@ class Phase:
     seq_len: int
     batch: BatchSchedule
     mix: tuple[tuple[str, Fraction], ...]
+    packing: PackingStrategy = PackingStrategy.WINDOW  # rows: windows, or documents packed (per phase)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "packing", PackingStrategy.parse(self.packing))
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError(f"phase name must be a non-empty string, got {self.name!r}")
         object.__setattr__(self, "tokens", positive_int(f"phase {self.name!r} tokens", self.tokens))

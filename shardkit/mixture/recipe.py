@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, InputError, MissingDependencyError, brief
-from ..order import BatchSchedule, Constant, Piecewise, Ramp, ShuffleMode
+from ..order import BatchSchedule, Constant, PackingStrategy, Piecewise, Ramp, ShuffleMode
 from ..units import parse_count
 from .phases import Phase, PhasePlan
 from .weights import as_weight, normalize_weights
@@ -43,8 +43,8 @@ from .weights import as_weight, normalize_weights
 __all__ = ["FORMAT_VERSION", "MixtureWarning", "Recipe", "RecipeWarning", "SourceSpec", "WeightsBy", "load_recipe"]
 
 FORMAT_VERSION = 1
-_TOP = ("version", "seed", "seq_len", "phases", "sources", "shuffle", "weights_by")
-_PHASE = ("name", "tokens", "batch", "seq_len", "mix")
+_TOP = ("version", "seed", "seq_len", "phases", "sources", "shuffle", "weights_by", "packing")
+_PHASE = ("name", "tokens", "batch", "seq_len", "mix", "packing")
 _SOURCE = ("path", "epochs", "shuffle")
 _RAMP = ("start", "increment", "over_samples", "ramp_samples", "final")
 _PIECEWISE = ("pieces", "final", "unit", "seq_len")
@@ -122,7 +122,10 @@ class Recipe:
             "shuffle": self.shuffle.value,
             "weights_by": self.weights_by.value,
             "phases": [{"name": p.name, "tokens": p.tokens, "seq_len": p.seq_len, "batch": p.batch.to_json(),
-                        "mix": {name: _weight_json(w) for name, w in p.mix}} for p in self.phases],
+                        "mix": {name: _weight_json(w) for name, w in p.mix},
+                        # a window phase keeps the normalized form (and fingerprint) it always had
+                        **({"packing": p.packing.value} if p.packing is not PackingStrategy.WINDOW else {})}
+                       for p in self.phases],
             "sources": {s.name: {"path": s.path, "epochs": "auto" if s.epochs is None else s.epochs,
                                  **({"shuffle": s.shuffle.value} if s.shuffle else {})} for s in self.sources},
         }
@@ -232,7 +235,8 @@ def _recipe(data: Any, *, strict: bool, origin: str | None = None) -> Recipe:
     shuffle = _shuffle(top.get("shuffle", "block"), "shuffle")
     weights_by = _enum(WeightsBy, top.get("weights_by", "tokens"), "weights_by")
     sources = _sources(top["sources"])
-    phases = _phases(top["phases"], seq_len, {s.name for s in sources}, strict)
+    packing = _packing(top.get("packing", "window"), "packing")
+    phases = _phases(top["phases"], seq_len, {s.name for s in sources}, strict, packing)
     return Recipe(seed=seed, phases=phases, sources=sources, shuffle=shuffle, weights_by=weights_by)
 
 
@@ -257,7 +261,15 @@ def _sources(value: Any) -> tuple[SourceSpec, ...]:
     return tuple(out)
 
 
-def _phases(value: Any, seq_len: int | None, sources: set[str], strict: bool) -> tuple[Phase, ...]:
+def _packing(value: Any, where: str) -> PackingStrategy:
+    try:
+        return PackingStrategy.parse(value)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def _phases(value: Any, seq_len: int | None, sources: set[str], strict: bool,
+            packing: PackingStrategy = PackingStrategy.WINDOW) -> tuple[Phase, ...]:
     if not isinstance(value, list):
         raise ConfigError(f"phases: expected a list of phases, got {_kind(value)}")
     if not value:
@@ -284,7 +296,8 @@ def _phases(value: Any, seq_len: int | None, sources: set[str], strict: bool) ->
         batch = _schedule(body["batch"], f"{where}.batch", length)
         mix = _mix(body["mix"], f"{where}.mix", name, sources, strict)
         try:
-            out.append(Phase(name=name, tokens=tokens, seq_len=length, batch=batch, mix=mix))
+            out.append(Phase(name=name, tokens=tokens, seq_len=length, batch=batch, mix=mix,
+                             packing=_packing(body["packing"], f"{where}.packing") if "packing" in body else packing))
         except ConfigError as e:
             raise ConfigError(f"{where}: {e}") from None
     return tuple(out)

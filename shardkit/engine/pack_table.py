@@ -1,0 +1,167 @@
+"""Packing tables on disk: built once per node under a lock, verified when opened, rebuilt when damaged.
+
+A table (`engine/packing.py`) is a function of the dataset's documents and a `PackSpec`; it is stored in
+`CACHE/<strategy>-L<seq_len>-<key>/` where `key` hashes exactly that (the dataset fingerprint, the spec and
+the table format version), as four `.npy` arrays (no pickle) and `meta.json` with their sizes and sha256.
+
+Opening checks the meta against what is asked for and every array against its checksum; a table that was
+built for something else (`ConfigError`: names the field) or is damaged (`IntegrityError`) is never used:
+`cached_table` warns and builds it again. Concurrent loaders on one node take an exclusive `flock` on
+`<dir>.lock`, so one process builds while the others wait and then open what it wrote (written to a
+temporary directory and renamed into place: a reader never sees half a table).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ConfigError, IntegrityError
+from ..format.atomic import fsync_dir
+from ..format.dataset import Dataset
+from .packing import PackSpec, PackTable, build_table
+
+__all__ = ["TABLE_VERSION", "cached_table", "default_cache_dir", "document_spans", "load_table", "save_table",
+           "table_dir"]
+
+TABLE_VERSION = 1
+_ARRAYS = ("row_ptr", "start", "length", "first")
+_DTYPES = {"row_ptr": "<i8", "start": "<i8", "length": "<i8", "first": "|b1"}
+
+
+def default_cache_dir() -> Path:
+    """$SHARDKIT_PACK_CACHE_DIR, else $XDG_CACHE_HOME/shardkit/packing (~/.cache/shardkit/packing)."""
+    env = os.environ.get("SHARDKIT_PACK_CACHE_DIR")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "shardkit" / "packing"
+
+
+def _meta_key(fingerprint: str, spec: PackSpec) -> dict[str, object]:
+    return {"format": "shardkit-pack-table", "version": TABLE_VERSION, "dataset": fingerprint, **spec.to_json()}
+
+
+def table_dir(cache_dir: str | os.PathLike[str], fingerprint: str, spec: PackSpec) -> Path:
+    """Where the table of (dataset fingerprint, spec) lives under `cache_dir`."""
+    key = hashlib.sha256(json.dumps(_meta_key(fingerprint, spec), sort_keys=True).encode()).hexdigest()[:24]
+    return Path(cache_dir) / f"{spec.strategy.value}-L{spec.seq_len}-{key}"
+
+
+def document_spans(dataset: Dataset) -> tuple[np.ndarray, np.ndarray]:
+    """(first token in the flat stream, length) of every document of `dataset`, in order."""
+    starts, lengths = [], []
+    item = dataset.dtype.itemsize
+    for s, shard in enumerate(dataset.shards):
+        index = shard.index
+        starts.append(np.asarray(index.pointers, dtype=np.int64) // item + int(dataset.token_offsets[s]))
+        lengths.append(np.asarray(index.lengths, dtype=np.int64))
+    if not starts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(starts), np.concatenate(lengths)
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def save_table(directory: Path, table: PackTable, fingerprint: str, spec: PackSpec) -> None:
+    """Write `table` to `directory` (which must not exist) through a temporary sibling and one rename."""
+    tmp = directory.with_name(f"{directory.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    sums = {}
+    for name in _ARRAYS:
+        path = tmp / f"{name}.npy"
+        arr = np.ascontiguousarray(getattr(table, name), dtype=_DTYPES[name])
+        with open(path, "wb") as f:
+            np.save(f, arr, allow_pickle=False)
+            f.flush()
+            os.fsync(f.fileno())
+        sums[name] = {"sha256": _digest(path), "size": int(arr.size)}
+    meta = {**_meta_key(fingerprint, spec), "rows": table.num_rows, "arrays": sums, "stats": table.stats()}
+    with open(tmp / "meta.json", "w") as f:
+        json.dump(meta, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(tmp, directory)
+    fsync_dir(directory.parent)
+
+
+def load_table(directory: str | os.PathLike[str], fingerprint: str, spec: PackSpec) -> PackTable:
+    """The table in `directory`, checked: `ConfigError` if it was built for another dataset or spec (stale),
+    `IntegrityError` if a file is missing, unreadable or does not match its checksum (damaged)."""
+    directory = Path(directory)
+    try:
+        meta = json.loads((directory / "meta.json").read_text())
+    except (OSError, ValueError) as e:
+        raise IntegrityError(str(directory), f"packing table has no readable meta.json ({e}); delete the "
+                             "directory to build it again") from None
+    want = _meta_key(fingerprint, spec)
+    for field, value in want.items():
+        if not isinstance(meta, dict) or meta.get(field) != value:
+            got = meta.get(field) if isinstance(meta, dict) else None
+            raise ConfigError(f"{directory}: packing table was built for {field} {got!r}, not {value!r}; it "
+                              f"cannot be used for this loader")
+    arrays = {}
+    for name in _ARRAYS:
+        path = directory / f"{name}.npy"
+        rec = meta.get("arrays", {}).get(name) if isinstance(meta.get("arrays"), dict) else None
+        if not isinstance(rec, dict):
+            raise IntegrityError(str(directory), f"meta.json lists no checksum for {name}.npy")
+        try:
+            actual = _digest(path)
+        except OSError as e:
+            raise IntegrityError(str(path), f"packing table array unreadable: {e}") from None
+        if actual != rec.get("sha256"):
+            raise IntegrityError(str(path), "packing table array does not match its checksum",
+                                 expected=str(rec.get("sha256")), actual=actual)
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        if arr.dtype.str != _DTYPES[name] or arr.ndim != 1 or arr.size != rec.get("size"):
+            raise IntegrityError(str(path), f"packing table array has dtype {arr.dtype.str} shape {arr.shape}, "
+                                 f"expected {_DTYPES[name]} of {rec.get('size')}")
+        arrays[name] = arr
+    ptr = arrays["row_ptr"]
+    if ptr.size < 1 or int(ptr[0]) != 0 or int(ptr[-1]) != arrays["start"].size or \
+            not all(arrays[n].size == arrays["start"].size for n in ("length", "first")):
+        raise IntegrityError(str(directory), "packing table arrays do not fit together")
+    return PackTable(seq_len=spec.seq_len, row_ptr=ptr, start=arrays["start"], length=arrays["length"],
+                     first=arrays["first"])
+
+
+def cached_table(dataset: Dataset, spec: PackSpec, cache_dir: str | os.PathLike[str] | None = None) -> PackTable:
+    """The table of `dataset` under `spec`: opened from the cache when it is there and intact, else built
+    (once per node: other processes wait on the lock) and stored. A stale or damaged table is rebuilt with
+    a warning, never used."""
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    directory = table_dir(root, dataset.fingerprint, spec)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        lock = os.open(root / f"{directory.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise ConfigError(f"packing table cache {root} is not writable ({e}); pass a writable cache "
+                          "directory (packing_cache_dir=, --packing-cache-dir, $SHARDKIT_PACK_CACHE_DIR)") from None
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if directory.exists():
+            try:
+                return load_table(directory, dataset.fingerprint, spec)
+            except (ConfigError, IntegrityError) as e:
+                warnings.warn(f"packing table {directory} not used, building it again: {e}", RuntimeWarning,
+                              stacklevel=2)
+                shutil.rmtree(directory)
+        table = build_table(*document_spans(dataset), spec)
+        save_table(directory, table, dataset.fingerprint, spec)
+        return load_table(directory, dataset.fingerprint, spec)
+    finally:
+        os.close(lock)  # releases the flock
