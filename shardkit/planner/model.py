@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..engine.core import CHUNK_ROWS
+from ..engine.packed_rows import PackedWindows
 from ..errors import ConfigError
 from ..order import ShuffleMode
 from .geometry import bytes_per_sample
@@ -145,6 +146,11 @@ def plan_io(plan: Any, cluster: Cluster, *, points: int = 200) -> IOPlan:
     """The I/O plan of an engine `Plan` (see `plan_loader`): about `points` intervals over the whole run,
     split at every phase and batch-size change."""
     names = plan.names
+    packed = sorted({st.name for st in plan.streams.values() if isinstance(st.windows, PackedWindows)})
+    if packed:
+        raise ConfigError(f"the I/O planner models window rows; source(s) {', '.join(packed)} use packed rows "
+                          "(packing=), which it does not model yet: plan with packing: window for an estimate "
+                          "(a packed row reads about the bytes of a window)")
     shapes = {key: StreamShape(source=st.name, seq_len=st.seq_len, itemsize=st.windows.dataset.dtype.itemsize,
                                num_samples=st.num_samples, group_samples=st.order.group_samples,
                                shuffle=st.order.mode.value)

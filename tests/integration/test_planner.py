@@ -104,3 +104,13 @@ def test_plan_cli_table_json_and_report(tmp_path, dataset):
     assert bad.exit_code != 0 and "write a .png or an .html file" in bad.output
     both = CliRunner().invoke(cli, [*args, "--step-seconds", "1"])
     assert both.exit_code == 2 and "not both" in both.output
+
+
+def test_plan_refuses_packed_rows_by_name(tmp_path, dataset):
+    recipe = json.loads(_recipe(tmp_path, dataset).read_text())
+    recipe["packing"] = "best_fit"
+    p = tmp_path / "packed.json"
+    p.write_text(json.dumps(recipe))
+    out = CliRunner().invoke(cli, ["plan", "--recipe", str(p), "--nodes", "2", "--ranks-per-node", "4",
+                                   "--page-cache", "1GiB"], env={"SHARDKIT_PACK_CACHE_DIR": str(tmp_path / "pk")})
+    assert out.exit_code != 0 and "source(s) a use packed rows" in out.output
