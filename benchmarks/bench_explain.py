@@ -71,8 +71,8 @@ def main() -> None:
         ms = {}
         for step in STEPS:
             explain(loader, step, 0, decode=False)  # warm: the indices touched are mapped once
-            e = _best(lambda: explain(loader, step, 0, decode=False), args.repeats)
-            r = _best(lambda: _resume(loader, step), args.repeats)
+            e = _best(lambda ld=loader, s=step: explain(ld, s, 0, decode=False), args.repeats)
+            r = _best(lambda ld=loader, s=step: _resume(ld, s), args.repeats)
             ms[step] = e
             print(f"{name:8} {step:>11,} {e:>11.2f} {r:>10.2f} {e / r:>15.2f}")
         print(f"{name:8} explain at 10^8 / at 10^3: {ms[STEPS[1]] / ms[STEPS[0]]:.2f} (target ≈ 1)")

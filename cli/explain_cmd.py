@@ -15,7 +15,7 @@ from click.core import ParameterSource
 from shardkit.engine.explain import PREVIEW_TOKENS, Explanation, document_steps, explain
 from shardkit.loader import Loader, MixtureLoader
 
-from .options import check_dataset_arg, json_option, remote_dataset_options
+from .options import check_dataset_arg, json_option, remote_dataset_options, skip_option
 from .stream_cmd import _LOADER_ONLY, _ramp
 
 
@@ -46,12 +46,13 @@ from .stream_cmd import _LOADER_ONLY, _ramp
               help="Decode this many tokens of each row (0: no text).")
 @click.option("--tokenizer", default=None, metavar="SPEC",
               help="Tokenizer to decode with (default: the recorded one, only if its file is in the dataset).")
+@skip_option
 @remote_dataset_options
 @json_option
 @click.pass_context
 def explain_cmd(ctx, dataset, recipe, step, rank, micro, row, doc, source, epoch, seq_len, batch_size, ramp, seed,
-                shuffle, max_epochs, world_size, micro_batch_size, preview_tokens, tokenizer, cache_dir, cache_limit,
-                storage_options, as_json):
+                shuffle, max_epochs, world_size, micro_batch_size, preview_tokens, tokenizer, skip, cache_dir,
+                cache_limit, storage_options, as_json):
     """Where each row of global batch --step came from: source, shard, documents, token ranges, text.
 
     With --doc DOC instead: the steps (and rank, row) at which document DOC is seen in --epoch.
@@ -68,7 +69,7 @@ def explain_cmd(ctx, dataset, recipe, step, rank, micro, row, doc, source, epoch
             flag = "--" + {"batch_size": "batch"}.get(given[0], given[0]).replace("_", "-")
             raise click.UsageError(f"{flag} does not apply with --recipe: the recipe sets it")
         loader = MixtureLoader(recipe, world_size=world_size, rank=0, micro_batch_size=micro_batch_size,
-                               readahead=False, cache_dir=cache_dir, cache_limit=cache_limit,
+                               readahead=False, skip=skip, cache_dir=cache_dir, cache_limit=cache_limit,
                                storage_options=storage_options)
     else:
         check_dataset_arg(dataset, cache_dir, cache_limit, storage_options)
@@ -76,7 +77,8 @@ def explain_cmd(ctx, dataset, recipe, step, rank, micro, row, doc, source, epoch
             raise click.UsageError("--source applies to --recipe only")
         loader = Loader(dataset, seq_len=seq_len, seed=seed, batch_schedule=ramp or batch_size, shuffle=shuffle,
                         max_epochs=max_epochs, world_size=world_size, rank=0, micro_batch_size=micro_batch_size,
-                        readahead=False, cache_dir=cache_dir, cache_limit=cache_limit, storage_options=storage_options)
+                        readahead=False, skip=skip, cache_dir=cache_dir, cache_limit=cache_limit,
+                        storage_options=storage_options)
     with loader:
         if doc is not None:
             seen = document_steps(loader, doc, source=source, epoch=epoch)
@@ -87,7 +89,7 @@ def explain_cmd(ctx, dataset, recipe, step, rank, micro, row, doc, source, epoch
             where = f" of {source}" if source else ""
             click.echo(f"document {doc:,}{where}, epoch {epoch}: seen at {len(seen)} step(s)")
             for s in seen:
-                click.echo(f"  step {s.step:,}  rank {s.rank}  micro {s.micro}  row {s.row}  ({s.phase}, seq_len "
+                click.echo(f"  step {s.step:,}{' (skipped)' if s.skipped else ''}  rank {s.rank}  micro {s.micro}  row {s.row}  ({s.phase}, seq_len "
                            f"{s.seq_len}, sample {s.sample_id:,})  document tokens [{s.start:,}, {s.stop:,})")
             return
         got = explain(loader, step, rank, row, micro=micro, decode=preview_tokens > 0, tokenizer=tokenizer,
@@ -102,6 +104,9 @@ def _echo(got: Explanation) -> None:
     micro = f", micro-batches of {got.micro_batch_size}" if got.micro_batch_size else ""
     click.echo(f"step {got.step:,}: phase {got.phase!r}, seq_len {got.seq_len:,}, global batch "
                f"{got.global_batch_size} over world size {got.world_size}{micro}")
+    if got.skipped:
+        click.echo(f"SKIPPED: in skip range [{got.skipped[0]:,}, {got.skipped[1]:,}]; the loader never delivers "
+                   "this step (below: the rows it would have held)")
     for r in got.rows:
         click.echo(f"rank {r.rank} micro {r.micro} row {r.row}: {r.source}, sample {r.sample_id:,} (epoch {r.epoch}, "
                    f"position {r.position:,}), shard {r.shard} token {r.shard_token:,}")

@@ -19,7 +19,7 @@ from shardkit.order import Ramp
 from shardkit.stream import StreamReport, stream
 from shardkit.units import human_count
 
-from .options import ByteSize, check_dataset_arg, json_option, storage_option_flag
+from .options import ByteSize, check_dataset_arg, json_option, skip_option, storage_option_flag
 from .progress import StatusLine
 
 _LOADER_ONLY = ("seq_len", "batch_size", "ramp", "seed", "shuffle", "max_epochs")  # the recipe sets these
@@ -61,10 +61,11 @@ def _ramp(ctx, param, value):
               help="A remote DATASET (or recipe source): the cache's size limit, e.g. 20GiB [default: $SHARDKIT_REMOTE_CACHE_LIMIT, "
                    "else 16GiB].")
 @storage_option_flag
+@skip_option
 @json_option
 @click.pass_context
 def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, shuffle, steps, start_step, rank,
-               world_size, workers, max_epochs, cache_dir, cache_limit, storage_options, as_json):
+               world_size, workers, max_epochs, cache_dir, cache_limit, storage_options, skip, as_json):
     """Run the loader on DATASET (or a --recipe mixture) without a trainer; print tokens/s and a digest.
 
     DATASET is a dataset directory or a remote URL (s3://, gs://, az://, ...) streamed through a bounded
@@ -80,13 +81,13 @@ def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, sh
             raise click.UsageError(f"{flag} does not apply with --recipe: the recipe sets it")
         _stream_recipe(recipe, strict=strict, steps=steps, start_step=start_step, rank=rank,
                        world_size=world_size, workers=workers, as_json=as_json, cache_dir=cache_dir,
-                       cache_limit=cache_limit, storage_options=storage_options)
+                       cache_limit=cache_limit, storage_options=storage_options, skip=skip)
         return
     if strict:
         raise click.UsageError("--strict applies to --recipe only")
     loader = Loader(dataset, seq_len=seq_len, seed=seed, batch_schedule=ramp or batch_size, shuffle=shuffle,
                     rank=rank, world_size=world_size, max_epochs=max_epochs, cache_dir=cache_dir,
-                    cache_limit=cache_limit, storage_options=storage_options)
+                    cache_limit=cache_limit, storage_options=storage_options, skip=skip)
     if start_step:
         loader.load_state_dict(loader.state_at(start_step))
     report = _run(loader, steps, workers, as_json)
@@ -135,11 +136,11 @@ def _echo_summary(report: StreamReport) -> None:
 
 
 def _stream_recipe(recipe, *, strict, steps, start_step, rank, world_size, workers, as_json, cache_dir=None,
-                   cache_limit=None, storage_options=None) -> None:
+                   cache_limit=None, storage_options=None, skip=()) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RecipeWarning)
         loader = MixtureLoader(recipe, strict=strict, rank=rank, world_size=world_size, cache_dir=cache_dir,
-                               cache_limit=cache_limit, storage_options=storage_options)  # remote sources
+                               cache_limit=cache_limit, storage_options=storage_options, skip=skip)
         if start_step:
             loader.load_state_dict(loader.state_at(start_step))
         report = _run(loader, steps, workers, as_json)

@@ -78,10 +78,12 @@ class Explanation:
     seq_len: int
     rows: list[RowProvenance]
     notes: list[str] = field(default_factory=list)
+    skipped: tuple[int, int] | None = None  # the skip range holding this step: its rows are never delivered
 
     def to_json(self) -> dict[str, Any]:
         return {"step": self.step, "world_size": self.world_size, "micro_batch_size": self.micro_batch_size,
                 "global_batch_size": self.global_batch_size, "phase": self.phase, "seq_len": self.seq_len,
+                "skipped": list(self.skipped) if self.skipped else None,
                 "rows": [r.to_json() for r in self.rows], "notes": list(self.notes)}
 
 
@@ -195,8 +197,13 @@ def explain(loader: Any, step: int, rank: int | None = None, row: int | None = N
                                  position=int(rows.within[n]), shard=ds.shards[shard_index].name,
                                  shard_token=int(rows.local[n]), token_start=sid * phase.seq_len,
                                  docs=_pieces(stream, sid, engine.mapper), preview=preview))
+    skip = _skip_of(loader, step)
     return Explanation(step=step, world_size=w, micro_batch_size=m, global_batch_size=size, phase=phase.name,
-                       seq_len=phase.seq_len, rows=out, notes=decoders.notes)
+                       seq_len=phase.seq_len, rows=out, notes=decoders.notes, skipped=skip)
+
+
+def _skip_of(loader: Any, step: int) -> tuple[int, int] | None:
+    return next(((a, b) for a, b in getattr(loader, "skips", ()) if a <= step <= b), None)
 
 
 @dataclass(frozen=True)
@@ -216,6 +223,7 @@ class DocumentSighting:
     position: int
     start: int
     stop: int
+    skipped: bool = False  # the step is in a skip range: the loader never delivers it
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -294,5 +302,5 @@ def document_steps(loader: Any, doc: int, *, source: str | None = None, epoch: i
             found.append(DocumentSighting(step=step, rank=g // per, micro=(g % per) // span, row=(g % per) % span,
                                           global_row=g, phase=phase.name, seq_len=L, sample_id=sid, epoch=epoch,
                                           position=ps - epoch * stream.num_samples, start=a_tok - d0,
-                                          stop=z_tok - d0))
+                                          stop=z_tok - d0, skipped=_skip_of(loader, step) is not None))
     return sorted(found, key=lambda f: (f.step, f.global_row))

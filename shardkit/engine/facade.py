@@ -26,6 +26,7 @@ from .core import Engine
 from .fields import BatchFields
 from .plan import Plan, SourceDef
 from .resume import resume
+from .skips import parse_skips, skips_json, union
 from .state import Overrides, make_state, parse_state, stream_fingerprint
 
 __all__ = ["ReadConfig", "StreamFacade", "build_config"]
@@ -52,6 +53,8 @@ class ReadConfig:
     allow_budget_change: bool = False
     allow_recipe_change: bool = False
     allow_data_change: bool = False
+    # global batch ranges [first, last] (inclusive) never delivered, on every rank: see engine/skips.py
+    skip: Any = ()
 
     def read_options(self) -> ReadOptions:
         return ReadOptions(fields=self.fields, readahead=self.readahead, release=self.release,
@@ -66,6 +69,7 @@ class ReadConfig:
         object.__setattr__(self, "fields", self.read_options().fields)  # validates every read option
         check_optional_positive("micro_batch_size", self.micro_batch_size)
         self.overrides()
+        object.__setattr__(self, "skip", parse_skips(self.skip))
 
 
 def build_config(cls: type, config: Any, kwargs: dict[str, Any]) -> Any:
@@ -103,6 +107,7 @@ class StreamFacade:
         self.rank, self.world_size = placement.rank, placement.world_size
         self._batch = self._micro = 0
         self._retired: dict[str, tuple[int, int]] = {}
+        self._skips = union(self.config.skip, self._definition_skips())
         self._engine: Engine | None = None
         self._open()
 
@@ -119,7 +124,17 @@ class StreamFacade:
             self._engine = Engine(plan, unique, self.placement, self.config.read_options(),
                                   label_sources=self._kind == "recipe")
             self._engine.metrics.position = _Position(self)
+            self._engine.set_skips(self._skips)
         return self._engine
+
+    def _definition_skips(self) -> tuple[tuple[int, int], ...]:
+        """Skips the stream definition itself carries (a recipe's `skip:`)."""
+        return ()
+
+    @property
+    def skips(self) -> tuple[tuple[int, int], ...]:
+        """Global batch ranges [first, last] this loader never delivers (configured ∪ resumed from a state)."""
+        return self._skips
 
     def _definition_parts(self) -> tuple[dict[str, Dataset], dict[str, SourceDef], PhasePlan, int]:
         raise NotImplementedError
@@ -278,7 +293,8 @@ class StreamFacade:
                           samples=c.global_samples_before(batch),
                           phase=phases[loc.phase].name if loc.phase < len(phases) else None, sources=sources,
                           anchor=c.anchor, offsets=dict(c.offsets_json(plan.names)), world_size=self.world_size,
-                          rank=self.rank, micro_batch_size=self.placement.micro_batch_size)
+                          rank=self.rank, micro_batch_size=self.placement.micro_batch_size,
+                          skips=skips_json(self._skips))
 
     def load_state_dict(self, state: dict[str, Any], *, allow_budget_change: bool | None = None,
                         allow_recipe_change: bool | None = None, allow_data_change: bool | None = None,
@@ -304,6 +320,8 @@ class StreamFacade:
                      fingerprint=stream_fingerprint(self._kind, definition), datasets=self._dataset_fingerprints(),
                      placement=self.placement, overrides=overrides)
         self._retired = got.retired  # every check passed: commit
+        self._skips = union(self._skips, saved.skips)
+        self.engine.set_skips(self._skips)
         plan.set_cursor(got.cursor)
         metrics = self.engine.metrics
         metrics.cursor, metrics.end_batch, metrics.exhausted = got.cursor, plan.end, plan.exhausted

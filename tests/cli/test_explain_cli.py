@@ -81,3 +81,19 @@ def test_explain_usage_and_errors(ds):
     r = CliRunner().invoke(cli, ["explain", str(path), "--step", "10", "--seq-len", "64", "--max-epochs", "1",
                                  "--batch", "4000"])
     assert r.exit_code == 1 and "past the end" in r.output and "Traceback" not in r.output
+
+
+def test_explain_and_stream_take_skips(ds):
+    path, _ = ds
+    r = CliRunner().invoke(cli, ["explain", str(path), "--step", "5", "--seq-len", "64", "--batch", "4",
+                                 "--skip", "4,6", "--preview-tokens", "0"])
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines()[1].startswith("SKIPPED: in skip range [4, 6]")
+    r = CliRunner().invoke(cli, ["stream", str(path), "--seq-len", "64", "--batch", "4", "--steps", "3",
+                                 "--skip", "1,2", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert (out["first_batch"], out["last_batch"], out["batches"]) == (0, 4, 3)
+    assert out["state_after"]["skips"] == [[1, 2]]
+    r = CliRunner().invoke(cli, ["stream", str(path), "--skip", "1-2"])
+    assert r.exit_code == 2 and "FIRST,LAST" in r.output
