@@ -19,6 +19,7 @@ from shardkit.order import Ramp
 from shardkit.stream import StreamReport, stream
 from shardkit.units import human_count
 
+from .accounting_table import accounting_table
 from .options import ByteSize, check_dataset_arg, json_option, skip_option, storage_option_flag
 from .progress import StatusLine
 
@@ -150,7 +151,7 @@ def _stream_recipe(recipe, *, strict, steps, start_step, rank, world_size, worke
     ended = position >= loader.num_batches()
     out = {"recipe": recipe, "fingerprint": loader.fingerprint, **_common(report, rank, world_size, workers),
            "mixture": mixture, "ended": ended, "end_reason": loader.end_reason if ended else None,
-           "warnings": notes, "state_after": loader.state_at(position)}
+           "warnings": notes, "state_after": loader.state_at(position), "accounting": loader.accounting(position)}
     if as_json:
         click.echo(json.dumps(out, indent=2))
         return
@@ -166,6 +167,8 @@ def _stream_recipe(recipe, *, strict, steps, start_step, rank, world_size, worke
     if ended:
         click.echo(f"  run ended: {loader.end_reason}")
     click.echo(_table(mixture))
+    click.echo("  accounting (all ranks) against the recipe:")
+    click.echo(accounting_table(out["accounting"]))
     click.echo(f"  reads: {mixture['bytes_copied'] / 2**20:.1f} MiB copied, {mixture['groups_entered']} groups "
                f"entered, {mixture['bytes_prefetched'] / 2**20:.0f} MiB hinted ahead")
     click.echo(f"  digest {report.digest}")

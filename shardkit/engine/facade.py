@@ -21,6 +21,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..format import Dataset
 from ..mixture.phases import PhasePlan
+from .accounting import accounting
 from .config import Placement, ReadOptions, check_optional_positive
 from .core import Engine
 from .fields import BatchFields
@@ -174,6 +175,11 @@ class StreamFacade:
     def metrics(self) -> Any:
         """Consumption per source and phase, and this process's reads (`metrics.to_json()`)."""
         return self.engine.metrics
+
+    def accounting(self, batch: int | None = None) -> dict[str, Any]:
+        """Per source and phase: tokens delivered vs the recipe's target, achieved proportion, error, epochs,
+        documents seen — of the global stream before `batch` (default: the next batch); see engine/accounting.py."""
+        return accounting(self, batch)
 
     @property
     def dtype(self) -> np.dtype:
