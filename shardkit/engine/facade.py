@@ -327,8 +327,8 @@ class StreamFacade:
                      placement=self.placement, overrides=overrides)
         self._retired = got.retired  # every check passed: commit
         self._skips = union(self._skips, saved.skips)
-        self.engine.set_skips(self._skips)
         plan.set_cursor(got.cursor)
+        self.engine.set_skips(self._skips)  # item indices follow the (possibly new) cursor's batch geometry
         metrics = self.engine.metrics
         metrics.cursor, metrics.end_batch, metrics.exhausted = got.cursor, plan.end, plan.exhausted
         self._batch, self._micro = got.batch, got.micro

@@ -155,3 +155,25 @@ def test_corrupt_skips_in_a_state_name_the_field(data):
     state["skips"] = [[3, "x"]]
     with pytest.raises(ResumeError, match="skips"):
         _mix(data).load_state_dict(state)
+
+
+def test_skips_hold_across_a_recipe_change(data):
+    """A resume into a changed recipe (allow_recipe_change) with a skip: the new stream from the saved batch,
+    minus the skipped batches, with micro-batches."""
+    ld = _mix(data, world_size=2, rank=0)
+    for _ in itertools.islice(ld, 5):
+        pass
+    state = ld.state_dict()
+    changed = _recipe()
+    changed["phases"][0]["mix"] = {"web": 0.2, "code": 0.4, "math": 0.4}
+    plain = _mix(data, recipe=changed, world_size=2, rank=1, micro_batch_size=1, allow_recipe_change=True)
+    plain.load_state_dict(state)
+    ref = [(i["batch_index"], i["micro_index"], i["input_ids"].copy()) for i in plain]
+    skipping = _mix(data, recipe=dict(changed, skip=[[7, 8]]), world_size=2, rank=1, micro_batch_size=1,
+                    allow_recipe_change=True)
+    skipping.load_state_dict(state)
+    got = [(i["batch_index"], i["micro_index"], i["input_ids"].copy()) for i in skipping]
+    want = [r for r in ref if r[0] not in (7, 8)]
+    assert [g[:2] for g in got] == [w[:2] for w in want] and got[0][0] == 5
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g[2], w[2])
