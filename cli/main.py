@@ -16,6 +16,7 @@ from shardkit import ShardkitError, __version__
 from .adopt_cmd import adopt_cmd
 from .decompress_cmd import decompress_cmd
 from .demo_cmd import demo_cmd
+from .explain_cmd import explain_cmd
 from .inspect_cmd import inspect_cmd, show_cmd
 from .merge_cmd import merge_cmd
 from .pack_cmd import pack_cmd
@@ -79,6 +80,7 @@ cli.add_command(pack_cmd)
 cli.add_command(adopt_cmd)
 cli.add_command(demo_cmd)
 cli.add_command(stream_cmd)
+cli.add_command(explain_cmd)
 cli.add_command(verify_cmd)
 cli.add_command(inspect_cmd)
 cli.add_command(show_cmd)

@@ -39,6 +39,22 @@ class ByteSize(click.ParamType):
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print a machine-readable JSON report.")
 
+
+def _skip_ranges(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> list[list[int]]:
+    out = []
+    for item in value:
+        try:
+            first, last = (int(x) for x in item.split(","))
+        except ValueError:
+            raise click.BadParameter(f"{item!r}: expected FIRST,LAST (global batch indices, inclusive), e.g. "
+                                     "412000,412050") from None
+        out.append([first, last])
+    return out
+
+
+skip_option = click.option("--skip", multiple=True, callback=_skip_ranges, metavar="FIRST,LAST",
+                           help="Never deliver global batches FIRST..LAST (inclusive; repeatable): see docs/operations.md.")
+
 # values of these keys stay strings even when they look like numbers (a secret of digits is still a secret)
 _STRING_KEYS = frozenset({"key", "secret", "token", "password", "username", "profile", "endpoint_url",
                           "region_name", "region", "project", "account_name", "account_key", "sas_token"})

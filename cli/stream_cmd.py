@@ -20,7 +20,8 @@ from shardkit.order import Ramp
 from shardkit.stream import StreamReport, stream
 from shardkit.units import human_count
 
-from .options import ByteSize, check_dataset_arg, json_option, storage_option_flag
+from .accounting_table import accounting_table
+from .options import ByteSize, check_dataset_arg, json_option, skip_option, storage_option_flag
 from .progress import StatusLine
 
 _LOADER_ONLY = ("seq_len", "batch_size", "ramp", "seed", "shuffle", "max_epochs", "packing")  # the recipe sets these
@@ -69,11 +70,12 @@ def _ramp(ctx, param, value):
 @click.option("--balance-ranks", is_flag=True, help="Packed rows: deal each global batch to ranks by attention "
                                                      "cost (Σ len²).")
 @storage_option_flag
+@skip_option
 @json_option
 @click.pass_context
 def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, shuffle, steps, start_step, rank,
                world_size, workers, max_epochs, cache_dir, cache_limit, packing, packing_cache_dir, balance_ranks,
-               storage_options, as_json):
+               storage_options, skip, as_json):
     """Run the loader on DATASET (or a --recipe mixture) without a trainer; print tokens/s and a digest.
 
     DATASET is a dataset directory or a remote URL (s3://, gs://, az://, ...) streamed through a bounded
@@ -90,14 +92,14 @@ def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, sh
         _stream_recipe(recipe, strict=strict, steps=steps, start_step=start_step, rank=rank,
                        world_size=world_size, workers=workers, as_json=as_json, cache_dir=cache_dir,
                        cache_limit=cache_limit, storage_options=storage_options,
-                       packing_cache_dir=packing_cache_dir, balance_ranks=balance_ranks)
+                       packing_cache_dir=packing_cache_dir, balance_ranks=balance_ranks, skip=skip)
         return
     if strict:
         raise click.UsageError("--strict applies to --recipe only")
     loader = Loader(dataset, seq_len=seq_len, seed=seed, batch_schedule=ramp or batch_size, shuffle=shuffle,
                     rank=rank, world_size=world_size, max_epochs=max_epochs, cache_dir=cache_dir,
                     cache_limit=cache_limit, storage_options=storage_options, packing=packing,
-                    packing_cache_dir=packing_cache_dir, balance_ranks=balance_ranks)
+                    packing_cache_dir=packing_cache_dir, balance_ranks=balance_ranks, skip=skip)
     if start_step:
         loader.load_state_dict(loader.state_at(start_step))
     packed = packing_report(loader, world_size=world_size, batches=min(steps, 256)) if packing != "window" \
@@ -165,12 +167,13 @@ def packing_lines(p: dict) -> str:
 
 
 def _stream_recipe(recipe, *, strict, steps, start_step, rank, world_size, workers, as_json, cache_dir=None,
-                   cache_limit=None, storage_options=None, packing_cache_dir=None, balance_ranks=False) -> None:
+                   cache_limit=None, storage_options=None, packing_cache_dir=None, balance_ranks=False,
+                   skip=()) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RecipeWarning)
         loader = MixtureLoader(recipe, strict=strict, rank=rank, world_size=world_size, cache_dir=cache_dir,
                                cache_limit=cache_limit, storage_options=storage_options,  # remote sources
-                               packing_cache_dir=packing_cache_dir, balance_ranks=balance_ranks)
+                               packing_cache_dir=packing_cache_dir, balance_ranks=balance_ranks, skip=skip)
         if start_step:
             loader.load_state_dict(loader.state_at(start_step))
         report = _run(loader, steps, workers, as_json)
@@ -180,7 +183,7 @@ def _stream_recipe(recipe, *, strict, steps, start_step, rank, world_size, worke
     ended = position >= loader.num_batches()
     out = {"recipe": recipe, "fingerprint": loader.fingerprint, **_common(report, rank, world_size, workers),
            "mixture": mixture, "ended": ended, "end_reason": loader.end_reason if ended else None,
-           "warnings": notes, "state_after": loader.state_at(position)}
+           "warnings": notes, "state_after": loader.state_at(position), "accounting": loader.accounting(position)}
     if as_json:
         click.echo(json.dumps(out, indent=2))
         return
@@ -196,6 +199,8 @@ def _stream_recipe(recipe, *, strict, steps, start_step, rank, world_size, worke
     if ended:
         click.echo(f"  run ended: {loader.end_reason}")
     click.echo(_table(mixture))
+    click.echo("  accounting (all ranks) against the recipe:")
+    click.echo(accounting_table(out["accounting"]))
     click.echo(f"  reads: {mixture['bytes_copied'] / 2**20:.1f} MiB copied, {mixture['groups_entered']} groups "
                f"entered, {mixture['bytes_prefetched'] / 2**20:.0f} MiB hinted ahead")
     click.echo(f"  digest {report.digest}")

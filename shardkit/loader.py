@@ -298,6 +298,9 @@ class MixtureLoader(StreamFacade):
     def _stream_definition(self) -> dict[str, Any]:
         return self.recipe.to_json()
 
+    def _definition_skips(self) -> tuple[tuple[int, int], ...]:
+        return self.recipe.skip
+
     def _dataset_fingerprints(self) -> dict[str, str]:
         return {n: self.datasets[n].fingerprint for n in self.sources}
 

@@ -74,6 +74,8 @@ class _Layout:
             sizes.append(rows * width * 4)
         if loader.labels_sources:
             sizes.append(rows * 8)  # the source of every row
+        if f.row_identity:
+            sizes += [rows * 8] * 3  # source_id, doc_id, token_offset
         # a group splits into at most `group` runs of one shape, each field of a run aligned on its own; then
         # each item's lengths and numeric scalars (int64)
         self.slot_bytes = sum(_align(n) for n in sizes) + group * len(sizes) * _ALIGN + \

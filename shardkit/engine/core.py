@@ -25,11 +25,13 @@ from .balance import Balancer
 from .config import Placement, ReadOptions, check_divisible
 from .fields import BatchFields, DocStarts, assemble
 from .gather import Gather
+from .identity import row_identity
 from .mapper import Mapper
 from .metrics import LoaderMetrics
 from .packed_rows import PackedReader, is_packed
 from .plan import Plan
 from .readahead import GroupHints, HintWorker, ReadMetrics, advise_hugepage, advise_random, hint_rows
+from .skips import SkipMap
 
 __all__ = ["Engine"]
 
@@ -103,6 +105,7 @@ class Engine:
         self.metrics.end_batch, self.metrics.exhausted = plan.end, plan.exhausted
         self.batch = 0
         self.micro = 0
+        self.skips: SkipMap | None = None
 
     def _check_geometry(self) -> None:
         """Every batch size the run will use, of every stage of every phase, divides over ranks and micro-batches."""
@@ -117,14 +120,24 @@ class Engine:
     def _unit_rows(self) -> int:
         return self.placement.world_size * (self.placement.micro_batch_size or 0)
 
-    def unit_index(self, batch: int, micro: int = 0) -> int:
-        """Index of (batch, micro) in the sequence of items this rank delivers."""
+    def set_skips(self, skips: tuple[tuple[int, int], ...]) -> None:
+        """Global batch ranges never delivered: item indices then count delivered items only (skips.py)."""
+        self.skips = SkipMap(skips, self._unit_index, self.plan.phases.num_batches) if skips else None
+
+    def _unit_index(self, batch: int, micro: int = 0) -> int:
         if not self.placement.micro_batch_size:
             return batch
         return self.plan.samples_before(batch) // self._unit_rows() + micro
 
+    def unit_index(self, batch: int, micro: int = 0) -> int:
+        """Index of (batch, micro) in the sequence of items this rank delivers."""
+        unit = self._unit_index(batch, micro)
+        return self.skips.to_live(unit) if self.skips else unit
+
     def unit_positions(self, units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(batch, micro) of items `units`, vectorised."""
+        if self.skips:
+            units = self.skips.to_actual(units)
         if not self.placement.micro_batch_size:
             return units, np.zeros_like(units)
         per = self._unit_rows()
@@ -229,7 +242,7 @@ class Engine:
         reads = (epochs_first, bounds, micros == 0, blocks, row_bytes, self._num_blocks)
         delivered = self.metrics.open_chunk(phase, per_item, reads)  # [items handed out]: one store per item
         packed = is_packed(rows)
-        plain = not packed and not fields.needs_docs and not fields.loss_mask
+        plain = not packed and not fields.needs_docs and not fields.loss_mask and not fields.row_identity
         tokens_only = fields.tokens_only
         label = self.label_sources
         # each item's `source` rows: views made in one C-level pass when every item has the same row count
@@ -294,7 +307,10 @@ class Engine:
     def _fields(self, rows: Any, a: int, z: int, tokens: np.ndarray, seq_len: int, fields: BatchFields
                 ) -> dict[str, Any]:
         streams, src, ids = rows.streams, rows.src[a:z].tolist(), rows.ids[a:z].tolist()
-        return assemble(tokens, lambda r: self.doc_starts(streams[src[r]], ids[r]), seq_len, fields)
+        out = assemble(tokens, lambda r: self.doc_starts(streams[src[r]], ids[r]), seq_len, fields)
+        if fields.row_identity:
+            out.update(row_identity(rows, a, z, self.mapper))
+        return out
 
     def _groups_and_blocks(self, rows: Any, seq_len: int) -> tuple[list[tuple[int, tuple[int, int], int, int]],
                                                                    np.ndarray]:

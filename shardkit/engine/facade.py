@@ -21,11 +21,13 @@ import numpy as np
 from ..errors import ConfigError
 from ..format import Dataset
 from ..mixture.phases import PhasePlan
+from .accounting import accounting
 from .config import Placement, ReadOptions, check_optional_positive
 from .core import Engine
 from .fields import BatchFields
 from .plan import Plan, SourceDef
 from .resume import resume
+from .skips import parse_skips, skips_json, union
 from .state import Overrides, make_state, parse_state, stream_fingerprint
 from .windows import Windows
 
@@ -57,6 +59,8 @@ class ReadConfig:
     allow_budget_change: bool = False
     allow_recipe_change: bool = False
     allow_data_change: bool = False
+    # global batch ranges [first, last] (inclusive) never delivered, on every rank: see engine/skips.py
+    skip: Any = ()
 
     def read_options(self) -> ReadOptions:
         return ReadOptions(fields=self.fields, readahead=self.readahead, release=self.release,
@@ -74,6 +78,7 @@ class ReadConfig:
             raise ConfigError(f"packing_cache_dir must be a path or None, got {self.packing_cache_dir!r}")
         check_optional_positive("micro_batch_size", self.micro_batch_size)
         self.overrides()
+        object.__setattr__(self, "skip", parse_skips(self.skip))
 
 
 def build_config(cls: type, config: Any, kwargs: dict[str, Any]) -> Any:
@@ -111,6 +116,7 @@ class StreamFacade:
         self.rank, self.world_size = placement.rank, placement.world_size
         self._batch = self._micro = 0
         self._retired: dict[str, tuple[int, int]] = {}
+        self._skips = union(self.config.skip, self._definition_skips())
         self._engine: Engine | None = None
         self._open()
 
@@ -127,7 +133,17 @@ class StreamFacade:
             self._engine = Engine(plan, unique, self.placement, self.config.read_options(),
                                   label_sources=self._kind == "recipe")
             self._engine.metrics.position = _Position(self)
+            self._engine.set_skips(self._skips)
         return self._engine
+
+    def _definition_skips(self) -> tuple[tuple[int, int], ...]:
+        """Skips the stream definition itself carries (a recipe's `skip:`)."""
+        return ()
+
+    @property
+    def skips(self) -> tuple[tuple[int, int], ...]:
+        """Global batch ranges [first, last] this loader never delivers (configured ∪ resumed from a state)."""
+        return self._skips
 
     def _definition_parts(self) -> tuple[dict[str, Dataset], dict[str, SourceDef], PhasePlan, int]:
         raise NotImplementedError
@@ -171,6 +187,11 @@ class StreamFacade:
     def metrics(self) -> Any:
         """Consumption per source and phase, and this process's reads (`metrics.to_json()`)."""
         return self.engine.metrics
+
+    def accounting(self, batch: int | None = None) -> dict[str, Any]:
+        """Per source and phase: tokens delivered vs the recipe's target, achieved proportion, error, epochs,
+        documents seen — of the global stream before `batch` (default: the next batch); see engine/accounting.py."""
+        return accounting(self, batch)
 
     @property
     def dtype(self) -> np.dtype:
@@ -290,7 +311,8 @@ class StreamFacade:
                           samples=c.global_samples_before(batch),
                           phase=phases[loc.phase].name if loc.phase < len(phases) else None, sources=sources,
                           anchor=c.anchor, offsets=dict(c.offsets_json(plan.names)), world_size=self.world_size,
-                          rank=self.rank, micro_batch_size=self.placement.micro_batch_size)
+                          rank=self.rank, micro_batch_size=self.placement.micro_batch_size,
+                          skips=skips_json(self._skips))
 
     def load_state_dict(self, state: dict[str, Any], *, allow_budget_change: bool | None = None,
                         allow_recipe_change: bool | None = None, allow_data_change: bool | None = None,
@@ -316,7 +338,9 @@ class StreamFacade:
                      fingerprint=stream_fingerprint(self._kind, definition), datasets=self._dataset_fingerprints(),
                      placement=self.placement, overrides=overrides)
         self._retired = got.retired  # every check passed: commit
+        self._skips = union(self._skips, saved.skips)
         plan.set_cursor(got.cursor)
+        self.engine.set_skips(self._skips)  # item indices follow the (possibly new) cursor's batch geometry
         metrics = self.engine.metrics
         metrics.cursor, metrics.end_batch, metrics.exhausted = got.cursor, plan.end, plan.exhausted
         self._batch, self._micro = got.batch, got.micro

@@ -29,6 +29,7 @@ class BatchFields:
     cu_seqlens: bool = False
     loss_mask: bool = False
     mask_doc_boundary: bool = False  # zero the loss where the label is the first token of another document
+    row_identity: bool = False  # per row: source_id, doc_id, token_offset of its first token (engine/identity.py)
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError, ResumeError, brief
+from .skips import parse_skips
 
 __all__ = ["Overrides", "STATE_FORMAT", "STATE_VERSION", "SavedState", "definition_diff", "is_budget_path",
            "make_state", "parse_state", "stream_fingerprint"]
@@ -101,6 +102,7 @@ class SavedState:
     rank: int
     micro_batch_size: int | None
     migrated_from: int | None = field(default=None)
+    skips: tuple[tuple[int, int], ...] = ()  # global batch ranges never delivered (engine/skips.py)
 
 
 def stream_fingerprint(kind: str, definition: dict[str, Any]) -> str:
@@ -113,8 +115,8 @@ def stream_fingerprint(kind: str, definition: dict[str, Any]) -> str:
 def make_state(*, kind: str, definition: dict[str, Any], datasets: dict[str, str], batch: int, micro: int,
                samples: int, phase: str | None, sources: dict[str, dict[str, Any]], anchor: int,
                offsets: dict[str, dict[str, int]], world_size: int, rank: int,
-               micro_batch_size: int | None) -> dict[str, Any]:
-    return {
+               micro_batch_size: int | None, skips: list[list[int]] | None = None) -> dict[str, Any]:
+    state = {
         "format": STATE_FORMAT,
         "version": STATE_VERSION,
         "stream": {"kind": kind, "fingerprint": stream_fingerprint(kind, definition), "definition": definition},
@@ -130,6 +132,9 @@ def make_state(*, kind: str, definition: dict[str, Any], datasets: dict[str, str
         "rank": rank,
         "micro_batch_size": micro_batch_size,
     }
+    if skips:  # only when there are some: a state without skips is what it always was
+        state["skips"] = skips
+    return state
 
 
 # -- checking ----------------------------------------------------------------------------------------------
@@ -226,13 +231,17 @@ def parse_state(state: Any) -> SavedState:
         raise ResumeError(f"offsets.{next(iter(stray))}", "offsets carry no 'active' flag")
     world, rank, m = _placement(state)
     known = {"format", "version", "stream", "datasets", "batch", "micro", "samples", "phase", "sources", "anchor",
-             "offsets", "world_size", "rank", "micro_batch_size"}
+             "offsets", "world_size", "rank", "micro_batch_size", "skips"}
     extra = sorted(set(state) - known, key=str)
     if extra:
         raise ResumeError(_name(extra[0]), "is not a field of a shardkit loader state")
+    try:
+        skips = parse_skips(state.get("skips"), "skips")
+    except ConfigError as e:
+        raise ResumeError("skips", str(e)) from None
     return SavedState(kind=kind, fingerprint=fp, definition=definition, datasets=_datasets(state.get("datasets")),
                       batch=batch, micro=micro, samples=samples, phase=phase, sources=sources, retired=retired,
-                      anchor=anchor, offsets=offsets, world_size=world, rank=rank, micro_batch_size=m)
+                      anchor=anchor, offsets=offsets, world_size=world, rank=rank, micro_batch_size=m, skips=skips)
 
 
 _MAX_NODES, _MAX_DEPTH, _MAX_TEXT = 20_000, 32, 4096

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from ..engine.skips import parse_skips
 from ..errors import ConfigError, InputError, MissingDependencyError, brief
 from ..order import BatchSchedule, Constant, PackingStrategy, Piecewise, Ramp, ShuffleMode
 from ..units import parse_count
@@ -43,7 +44,7 @@ from .weights import as_weight, normalize_weights
 __all__ = ["FORMAT_VERSION", "MixtureWarning", "Recipe", "RecipeWarning", "SourceSpec", "WeightsBy", "load_recipe"]
 
 FORMAT_VERSION = 1
-_TOP = ("version", "seed", "seq_len", "phases", "sources", "shuffle", "weights_by", "packing")
+_TOP = ("version", "seed", "seq_len", "phases", "sources", "shuffle", "weights_by", "packing", "skip")
 _PHASE = ("name", "tokens", "batch", "seq_len", "mix", "packing")
 _SOURCE = ("path", "epochs", "shuffle")
 _RAMP = ("start", "increment", "over_samples", "ramp_samples", "final")
@@ -86,6 +87,9 @@ class Recipe:
     sources: tuple[SourceSpec, ...]
     shuffle: ShuffleMode = ShuffleMode.BLOCK
     weights_by: WeightsBy = WeightsBy.TOKENS
+    # global batch ranges never delivered (engine/skips.py); operational, so not part of to_json() or the
+    # fingerprint: adding a skip to a running job's recipe is an exact resume
+    skip: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.sources]
@@ -237,7 +241,8 @@ def _recipe(data: Any, *, strict: bool, origin: str | None = None) -> Recipe:
     sources = _sources(top["sources"])
     packing = _packing(top.get("packing", "window"), "packing")
     phases = _phases(top["phases"], seq_len, {s.name for s in sources}, strict, packing)
-    return Recipe(seed=seed, phases=phases, sources=sources, shuffle=shuffle, weights_by=weights_by)
+    skip = parse_skips(top.get("skip"), "skip")
+    return Recipe(seed=seed, phases=phases, sources=sources, shuffle=shuffle, weights_by=weights_by, skip=skip)
 
 
 def _sources(value: Any) -> tuple[SourceSpec, ...]:
