@@ -24,6 +24,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..format.dataset import Dataset
 from ..verify.decode import load_dataset_tokenizer
+from .packed_rows import PackedWindows
 from .plan import Stream
 
 __all__ = ["DocPiece", "RowProvenance", "Explanation", "DocumentSighting", "explain", "document_steps"]
@@ -143,6 +144,14 @@ def _row_tokens(stream: Stream, sample_id: int, mapper: Any) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, w.dataset.dtype)
 
 
+def _refuse_packed(plan: Any) -> None:
+    """Explain follows window rows; a packed row (`packing=`) is several document pieces, not yet followed."""
+    packed = sorted({st.name for st in plan.streams.values() if isinstance(st.windows, PackedWindows)})
+    if packed:
+        raise ConfigError(f"explain follows window rows; source(s) {', '.join(packed)} use packed rows "
+                          "(packing=), which it does not follow yet")
+
+
 def explain(loader: Any, step: int, rank: int | None = None, row: int | None = None, *, micro: int | None = None,
             decode: bool = True, tokenizer: str | None = None, preview_tokens: int = PREVIEW_TOKENS
             ) -> Explanation:
@@ -155,6 +164,7 @@ def explain(loader: Any, step: int, rank: int | None = None, row: int | None = N
     """
     engine = loader.engine
     plan = engine.plan
+    _refuse_packed(plan)
     step = _check_index("step", step)
     if step < plan.cursor.anchor:
         raise ConfigError(f"step {step} comes before step {plan.cursor.anchor}, where this loader took over the run "
@@ -239,6 +249,7 @@ def document_steps(loader: Any, doc: int, *, source: str | None = None, epoch: i
     """
     engine = loader.engine
     plan = engine.plan
+    _refuse_packed(plan)
     if source is None:
         if len(plan.names) != 1:
             raise ConfigError(f"source is required: the recipe has sources {', '.join(plan.names)}")

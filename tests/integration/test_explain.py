@@ -140,3 +140,16 @@ def test_explain_bad_arguments_are_clear(data):
         document_steps(loader, 0)
     with pytest.raises(ConfigError, match="doc 10000 is out of range"):
         document_steps(loader, 10000, source="math")
+
+
+def test_explain_refuses_packed_rows_by_name(tmp_path):
+    """Packed rows are document pieces: explain does not follow them yet, and says so instead of guessing."""
+    rng = np.random.default_rng(0)
+    ds = tmp_path / "ds"
+    write_dataset(ds, (rng.integers(0, 100, size=int(n), dtype=np.uint16) for n in rng.integers(5, 60, size=300)))
+    loader = Loader(ds, seq_len=32, batch_schedule=4, seed=0, packing="best_fit",
+                    packing_cache_dir=tmp_path / "pk")
+    with pytest.raises(ConfigError, match="source\\(s\\) data use packed rows"):
+        explain(loader, 0)
+    with pytest.raises(ConfigError, match="packed rows"):
+        document_steps(loader, 0)
