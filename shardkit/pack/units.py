@@ -35,6 +35,7 @@ __all__ = ["UNIT_BYTES", "Unit", "UnitResult", "work_items", "read_unit", "UnitM
 # ~4 MiB of input per unit: a few ×10 ms of work (IPC and start-up amortised), while a worker holds only
 # one unit's texts and tokens at once, so memory stays flat however large the file
 UNIT_BYTES = 4 << 20
+MAX_GROUP_FACTOR = 4  # a Parquet file is split only if no row group exceeds this many units (compressed)
 _SCAN = 1 << 20
 
 
@@ -84,8 +85,8 @@ def _units(fi: int, f: InputFile, kind: SplitKind, done_before: int) -> list[Uni
         return [Unit(fi, f.url, f.size, f.source, kind, a, min(a + UNIT_BYTES, f.size),
                      done_before + min(a + UNIT_BYTES, f.size)) for a in range(0, f.size, UNIT_BYTES)]
     layout = layout_files([f], UNIT_BYTES)[0]  # (compressed bytes, rows) per row group; () if unreadable
-    if len(layout.groups) < 2:
-        return []
+    if len(layout.groups) < 2 or max(b for b, _ in layout.groups) > MAX_GROUP_FACTOR * UNIT_BYTES:
+        return []  # a unit holds its texts at once: large row groups are streamed by the parent instead
     units, row, acc_rows, acc_bytes, seen = [], 0, 0, 0, 0
     for nbytes, nrows in layout.groups:
         acc_rows += nrows

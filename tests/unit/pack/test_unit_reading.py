@@ -133,7 +133,7 @@ def _parquet(path, texts, row_group_size, compression="snappy"):
                    use_dictionary=False)
 
 
-@pytest.mark.parametrize("unit_bytes", [1, 500, 3000, 1 << 20])
+@pytest.mark.parametrize("unit_bytes", [1, 200, 500, 3000, 1 << 20])
 def test_parquet_row_group_units_equal_a_single_reader(tmp_path, monkeypatch, unit_bytes):
     monkeypatch.setattr(units, "UNIT_BYTES", unit_bytes)
     texts = [None if k % 13 == 5 else ("" if k % 17 == 3 else f"row {k} " * (k % 9 + 1)) for k in range(300)]
@@ -142,7 +142,9 @@ def test_parquet_row_group_units_equal_a_single_reader(tmp_path, monkeypatch, un
     single, split, e1, e2 = _both(files, ReaderConfig())
     assert split == single and e2 == e1
     assert sum(e[0] == "doc" for e in split) == sum(1 for t in texts if t)
-    if unit_bytes < files[0].size:
+    meta = pq.read_metadata(tmp_path / "p.parquet")
+    biggest = max(meta.row_group(g).column(0).total_compressed_size for g in range(meta.num_row_groups))
+    if unit_bytes < files[0].size and biggest <= units.MAX_GROUP_FACTOR * unit_bytes:
         stream = list(work_items(files, ReaderConfig(), start_file=0, start_record=0, on_file_error=None,
                                  read=read_slice_records))
         assert len(stream) > 1 and all(isinstance(u, Unit) for u in stream)
@@ -150,11 +152,12 @@ def test_parquet_row_group_units_equal_a_single_reader(tmp_path, monkeypatch, un
 
 def test_a_file_error_mid_file_ends_the_file_where_a_single_reader_stops(tmp_path, monkeypatch):
     """A corrupt row group in the middle: its unit reports the error, the file's later units are dropped."""
-    monkeypatch.setattr(units, "UNIT_BYTES", 1)
     path = tmp_path / "p.parquet"
     texts = [f"row {k} " * 40 for k in range(200)]
     _parquet(path, texts, 20, compression="zstd")
     meta = pq.read_metadata(path)
+    biggest = max(meta.row_group(g).column(0).total_compressed_size for g in range(meta.num_row_groups))
+    monkeypatch.setattr(units, "UNIT_BYTES", biggest)  # one row group per unit
     col = meta.row_group(5).column(0)
     data = bytearray(path.read_bytes())
     a, b = col.data_page_offset + 40, col.data_page_offset + col.total_compressed_size
@@ -162,7 +165,26 @@ def test_a_file_error_mid_file_ends_the_file_where_a_single_reader_stops(tmp_pat
     path.write_bytes(bytes(data))
     (tmp_path / "q.jsonl").write_text(json.dumps({"text": "after"}) + "\n")
     files = list_inputs([str(tmp_path)])
+    assert sum(isinstance(u, Unit) for u in work_items(files, ReaderConfig(), start_file=0, start_record=0,
+                                                       on_file_error=None, read=read_slice_records)) >= 5
     single, split, e1, e2 = _both(files, ReaderConfig())
     assert e1, "the corruption must be a file error for this test to mean anything"
     assert split == single and e2 == e1
     assert split[-1][0] == "doc" and split[-1][3].endswith("q.jsonl:1")
+
+
+def test_parquet_with_row_groups_too_large_for_a_unit_is_streamed_by_the_parent(tmp_path, monkeypatch):
+    """A worker holds a unit's texts at once, so memory stays flat only if no row group is huge."""
+    texts = [f"row {k} " * 50 for k in range(400)]
+    _parquet(tmp_path / "p.parquet", texts, 100, compression="none")
+    files = list_inputs([str(tmp_path / "p.parquet")])
+    meta = pq.read_metadata(tmp_path / "p.parquet")
+    group = max(meta.row_group(g).column(0).total_compressed_size for g in range(meta.num_row_groups))
+    monkeypatch.setattr(units, "UNIT_BYTES", group // units.MAX_GROUP_FACTOR - 1)
+    stream = list(work_items(files, ReaderConfig(), start_file=0, start_record=0, on_file_error=None,
+                             read=read_slice_records))
+    assert stream and not any(isinstance(u, Unit) for u in stream)
+    monkeypatch.setattr(units, "UNIT_BYTES", group // units.MAX_GROUP_FACTOR + 1)
+    stream = list(work_items(files, ReaderConfig(), start_file=0, start_record=0, on_file_error=None,
+                             read=read_slice_records))
+    assert len(stream) > 1 and all(isinstance(u, Unit) for u in stream)
