@@ -27,7 +27,7 @@ from ..readers import ReaderConfig, Record, read_records
 from ..remote.fs import is_remote
 from ..sources import Compression, InputFile, InputFormat, input_compression, input_format
 from .chunks import Chunk, Skip, iter_chunks, skip_reason
-from .slices import SLICE_PROTOCOL, layout_files, slice_file
+from .slices import layout_files, slice_file
 from .tasks import Slice, SplitKind
 
 __all__ = ["UNIT_BYTES", "Unit", "UnitResult", "work_items", "read_unit", "UnitMerger"]
@@ -70,7 +70,7 @@ class UnitResult:
 
 
 def _splittable(f: InputFile) -> SplitKind | None:
-    if f.size <= UNIT_BYTES or f.url.startswith(SLICE_PROTOCOL) or is_remote(f.url):
+    if f.size <= UNIT_BYTES or "://" in f.url or is_remote(f.url):  # local paths only (not slices, not fsspec)
         return None
     fmt = input_format(f.url)
     if fmt is InputFormat.JSONL and input_compression(f.url) is Compression.NONE:
