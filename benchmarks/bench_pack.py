@@ -342,19 +342,19 @@ def main() -> None:
                   f"peak RSS {peak / 2**20:.0f} MiB)")
             if res["tokens"] != tokens + docs or res["docs"] != docs:
                 print(f"WARNING {res['tokens']:,} tokens in {res['docs']:,} documents != {tokens:,} + {docs:,} EOS")
-    # what the design allows: one worker runs every stage in series in one process; with more, the parent
-    # still reads, decodes and writes in series (the reader's own decoder: the stdlib scanner) while the
-    # workers tokenize, and all share the machine's cores
+    # what the design allows: one worker runs every stage in series in one process; with more, each worker
+    # reads, decodes (the reader's own decoder: the stdlib scanner) and tokenizes its own units in series
+    # while the parent writes, and all of it shares the machine's cores
     per_token = {k: 1 / v for k, v in floors.items()}
-    serial = 1 / (per_token["read"] + per_token["decode (stdlib, as the reader)"] + per_token["tokenize@1"]
-                  + per_token["write"])
-    parent = 1 / (per_token["read"] + per_token["decode (stdlib, as the reader)"] + per_token["write"])
-    bounds = {1: serial, **{w: min(parent, floors[f"tokenize@{w}"], serial * min(w, cores))
+    in_worker = per_token["read"] + per_token["decode (stdlib, as the reader)"] + per_token["tokenize@1"]
+    serial = 1 / (in_worker + per_token["write"])
+    bounds = {1: serial, **{w: min(w / in_worker, floors["write"], min(w, cores) * serial)
                             for w in workers_list if w > 1}}
     for w in workers_list:
         auto = results[("auto", w)][0]
-        print(f"bound   {w} worker(s): {bounds[w] / 1e6:.2f} M tok/s ({'all stages in series' if w == 1 else 'the parent'}"
-              f"{'' if w == 1 else chr(39) + 's read+decode+write in series, or tokenize, or CPU'}); auto / bound = "
+        how = ("all stages in series" if w == 1 else
+               f"{w} workers each reading+decoding+tokenizing in series, the parent writing, on {cores} cores")
+        print(f"bound   {w} worker(s): {bounds[w] / 1e6:.2f} M tok/s ({how}); auto / bound = "
               f"{auto['tokens'] / auto['seconds'] / bounds[w]:.3f}")
         auto_tps = auto["tokens"] / auto["seconds"]
         stage = {k: v for k, v in floors.items() if not k.startswith("tokenize") or k == f"tokenize@{w}"}

@@ -15,7 +15,7 @@ from ..errors import ReaderError
 from ..readers import ReaderConfig, Record, read_records
 from ..sources import InputFile
 
-__all__ = ["Skip", "Chunk", "iter_chunks", "CHUNK_CHARS", "CHUNK_DOCS", "MAX_DOC_CHARS"]
+__all__ = ["Skip", "Chunk", "iter_chunks", "skip_reason", "CHUNK_CHARS", "CHUNK_DOCS", "MAX_DOC_CHARS"]
 
 CHUNK_CHARS = 1 << 20  # ~1 MB of text per task: large enough to amortise IPC, small enough to stay flat
 CHUNK_DOCS = 4096
@@ -42,12 +42,27 @@ class Chunk:
     skips: list[Skip] = field(default_factory=list)
     chars: int = 0
     input_bytes_done: int = 0  # progress estimate at the end of this chunk
+    # characters per document when the texts are not here (a worker read and tokenized them itself)
+    char_counts: np.ndarray | None = None
 
     def doc_location(self, i: int) -> str:
         return self.doc_locations[i]
 
     def doc_chars(self) -> np.ndarray:
+        if self.char_counts is not None:
+            return self.char_counts
         return np.fromiter((len(t) for t in self.texts), dtype=np.int64, count=len(self.texts))
+
+
+def skip_reason(rec: Record) -> str | None:
+    """Why a record is not packed as a document (a bad record, an empty or oversized text), or None."""
+    if rec.error is not None or rec.text is None:
+        return rec.error or "no text"
+    if not rec.text:
+        return "empty document"
+    if len(rec.text) > MAX_DOC_CHARS:
+        return _too_long(len(rec.text))
+    return None
 
 
 def iter_chunks(
@@ -56,10 +71,11 @@ def iter_chunks(
     *,
     start_file: int = 0,
     start_record: int = 0,
+    stop_file: int | None = None,
     on_file_error: Callable[[ReaderError], None] | None = None,
     read: Callable[[InputFile, ReaderConfig, int], Iterator[Record]] = read_records,
 ) -> Iterator[Chunk]:
-    """Chunks from position (start_file, start_record) to the end of the inputs, in order.
+    """Chunks from position (start_file, start_record) up to file `stop_file` (default: the end), in order.
 
     A file that fails part-way (corrupt or truncated) becomes one skip event at the failing location;
     `on_file_error` may raise instead (the `fail` policy). `read` reads one input (a task's slices of
@@ -67,20 +83,14 @@ def iter_chunks(
     """
     done_bytes = sum(f.size for f in files[:start_file])
     chunk = Chunk()
-    for fi in range(start_file, len(files)):
+    for fi in range(start_file, len(files) if stop_file is None else stop_file):
         f = files[fi]
         start = start_record if fi == start_file else 0
         file_chars = 0
         try:
             for rec in read(f, reader, start):
-                if rec.error is not None or rec.text is None:
-                    chunk.skips.append(Skip(len(chunk.texts), fi, rec.location, rec.error or "no text"))
-                    continue
-                if not rec.text:
-                    chunk.skips.append(Skip(len(chunk.texts), fi, rec.location, "empty document"))
-                    continue
-                if len(rec.text) > MAX_DOC_CHARS:
-                    chunk.skips.append(Skip(len(chunk.texts), fi, rec.location, _too_long(len(rec.text))))
+                if (reason := skip_reason(rec)) is not None:
+                    chunk.skips.append(Skip(len(chunk.texts), fi, rec.location, reason))
                     continue
                 chunk.texts.append(rec.text)
                 chunk.ids.append(rec.doc_id)

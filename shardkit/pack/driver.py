@@ -14,6 +14,7 @@ import logging
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,11 +40,12 @@ from .chunks import Chunk, Skip, iter_chunks, sample_texts
 from .config import OnError, PackConfig, ResumeMode
 from .memory import pin_malloc_thresholds
 from .output_dir import locked_output, outside_output, prepare_output, remove_shardkit_files
-from .pool import ordered_map
+from .pool import ordered_map, start_pool, stop_pool
 from .remote_output import pack_to_remote
 from .slices import plan_task, read_slice_records
 from .stats import PackStats
-from .worker import WorkerSetup, encode_chunk, init_worker
+from .units import Unit, UnitMerger, work_items
+from .worker import WorkerSetup, encode_item, encode_with, init_worker
 
 __all__ = ["PackProgress", "PackResult", "pack"]
 
@@ -232,9 +234,27 @@ def pack(config: PackConfig, *, progress: Callable[[PackProgress], None] | None 
 
 
 def _pack_local(config: PackConfig, *, progress: Callable[[PackProgress], None] | None = None) -> PackResult:
-    """Pack into the local directory `config.output` (the whole pipeline; `pack` only routes)."""
+    """Pack into the local directory `config.output` (the whole pipeline; `pack` only routes).
+
+    The worker processes start first: their start-up (interpreter, imports: ~0.5 s each) then overlaps
+    listing the inputs, loading the tokenizer and its self-check here.
+    """
     t0 = time.monotonic()
     pin_malloc_thresholds()
+    workers = config.effective_workers
+    pool = start_pool(workers, pin_malloc_thresholds, ()) if workers > 1 else None
+    finished = False
+    try:
+        result = _pack_with(config, progress, pool, t0)
+        finished = True
+        return result
+    finally:
+        if pool is not None:
+            stop_pool(pool, finished)
+
+
+def _pack_with(config: PackConfig, progress: Callable[[PackProgress], None] | None,
+               pool: ProcessPoolExecutor | None, t0: float) -> PackResult:
     out = Path(config.output)
     remote_inputs = any(is_remote(p) for p in config.inputs)
     files = (retrying(lambda: list_inputs(config.inputs), what=f"list {' '.join(config.inputs)}",
@@ -320,7 +340,10 @@ def _pack_local(config: PackConfig, *, progress: Callable[[PackProgress], None] 
                                compiled=str(tok.save_compiled(Path(scratch.name)))
                                if isinstance(tok, TiktokenTokenizer) else None)
 
-        def chunks() -> Iterable[Chunk]:
+        def chunks() -> Iterable[Chunk | Unit]:
+            if workers > 1 and not remote_inputs:  # the workers read large local files themselves
+                return work_items(files, config.reader, start_file=start_file, start_record=start_record,
+                                  on_file_error=fail_file, read=read_slice_records)
             if not remote_inputs:
                 return read_from(None)
             # a transient error that outlasted the storage client's own retries: continue just after the
@@ -348,11 +371,13 @@ def _pack_local(config: PackConfig, *, progress: Callable[[PackProgress], None] 
             try:
                 # the workers start once: the pool is restarted only when a real self-check fails
                 deferred = check_after if needs_self_check(tokenizer) else None
-                for chunk, (tokens, lengths) in _encoded(chunks(), workers, setup_for(tokenizer), deferred, tokenizer):
+                for chunk, tokens, lengths in _merged(_encoded(chunks(), workers, setup_for(tokenizer), deferred,
+                                                               tokenizer, config, pool), fail_file):
                     run.consume(chunk, tokens, lengths)
             except _UseReference as fallback:  # the self-check failed before any result was consumed
                 tokenizer = fallback.tokenizer
-                for chunk, (tokens, lengths) in _encoded(chunks(), workers, setup_for(tokenizer), None, tokenizer):
+                for chunk, tokens, lengths in _merged(_encoded(chunks(), workers, setup_for(tokenizer), None,
+                                                               tokenizer, config, pool), fail_file):
                     run.consume(chunk, tokens, lengths)
             run.finish()
         except BaseException:
@@ -420,10 +445,11 @@ def _drop_too_long(chunk: Chunk, tokens: np.ndarray, lengths: np.ndarray
     keyed.sort(key=lambda kv: kv[0])
     skips = [sk for _, sk in keyed]
     idx = np.flatnonzero(keep)
-    new = Chunk(texts=[chunk.texts[i] for i in idx], ids=[chunk.ids[i] for i in idx],
+    new = Chunk(texts=[chunk.texts[i] for i in idx] if chunk.texts else [], ids=[chunk.ids[i] for i in idx],
                 doc_file=[chunk.doc_file[i] for i in idx], doc_record=[chunk.doc_record[i] for i in idx],
                 doc_locations=[chunk.doc_locations[i] for i in idx], skips=skips,
-                input_bytes_done=chunk.input_bytes_done)
+                input_bytes_done=chunk.input_bytes_done,
+                char_counts=None if chunk.char_counts is None else chunk.char_counts[idx])
     return new, tokens[token_keep], lengths[keep]
 
 
@@ -435,7 +461,8 @@ class _UseReference(Exception):
         self.tokenizer = tokenizer
 
 
-def _checked(chunks: Iterable[Chunk], check: Callable[[], Tokenizer | None] | None) -> Iterator[Chunk]:
+def _checked(chunks: Iterable[Chunk | Unit], check: Callable[[], Tokenizer | None] | None
+             ) -> Iterator[Chunk | Unit]:
     """The chunks, with the self-check run after the first is handed over (the workers are starting then).
 
     The ordered map takes a second chunk before it returns any result, so a failing check stops the run
@@ -452,21 +479,37 @@ def _checked(chunks: Iterable[Chunk], check: Callable[[], Tokenizer | None] | No
     yield from it
 
 
-def _encoded(chunks: Iterable[Chunk], workers: int, setup: WorkerSetup,
-             check: Callable[[], Tokenizer | None] | None = None, loaded: Tokenizer | None = None):
-    """Only the texts travel to the workers; positions and skips stay here.
+def _encoded(chunks: Iterable[Chunk | Unit], workers: int, setup: WorkerSetup,
+             check: Callable[[], Tokenizer | None] | None, loaded: Tokenizer | None, config: PackConfig,
+             pool: ProcessPoolExecutor | None = None):
+    """Only the texts (or a unit to read) travel to the workers; positions and skips stay here.
 
     In-process (workers ≤ 1) the tokenizer already `loaded` here encodes: loading it again would cost
     as much as encoding ~10 MB of text with fastokens.
     """
     if workers <= 1:
         check = None  # checked before (one process: the first result would be consumed before the check)
-    return ordered_map(encode_chunk, _checked(chunks, check), payload=_texts, workers=workers,
+
+    def payload(item: Chunk | Unit) -> list[str] | tuple[Unit, Any]:
+        return (item, config.reader) if isinstance(item, Unit) else item.texts
+
+    if pool is not None:  # started before the tokenizer was chosen: each task names the setup
+        return ordered_map(encode_with, _checked(chunks, check), payload=lambda item: (setup, payload(item)),
+                           workers=workers, initializer=init_worker, initargs=(setup,), pool=pool)
+    return ordered_map(encode_item, _checked(chunks, check), payload=payload, workers=workers,
                        initializer=init_worker, initargs=(setup, loaded) if workers <= 1 else (setup,))
 
 
-def _texts(chunk: Chunk) -> list[str]:
-    return chunk.texts
+def _merged(results: Iterable[tuple[Chunk | Unit, Any]], on_file_error: Callable[[ReaderError], None]
+            ) -> Iterator[tuple[Chunk, np.ndarray, np.ndarray]]:
+    """(chunk, tokens, lengths) in input order; a unit's result becomes a chunk with the file's own positions."""
+    merger = UnitMerger(on_file_error)
+    for item, result in results:
+        if isinstance(item, Unit):
+            yield merger.chunk(item, result)
+        else:
+            tokens, lengths = result
+            yield item, tokens, lengths
 
 
 def _after(chunk: Chunk) -> tuple[int, int]:

@@ -11,11 +11,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ..readers import ReaderConfig
 from ..tokenizers import Tokenizer, load_tokenizer
 from ..tokenizers.tiktoken_backend import TiktokenTokenizer
 from .memory import pin_malloc_thresholds
+from .units import Unit, UnitResult, read_unit
 
-__all__ = ["WorkerSetup", "init_worker", "encode_chunk", "add_specials"]
+__all__ = ["WorkerSetup", "init_worker", "encode_chunk", "encode_item", "encode_with", "add_specials"]
 
 
 @dataclass(frozen=True)
@@ -82,3 +84,27 @@ def encode_chunk(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     if ids.size and int(ids.max()) >= setup.vocab_size:
         raise ValueError(f"tokenizer produced id {int(ids.max())} ≥ its vocabulary size {setup.vocab_size}")
     return add_specials(ids, lengths, setup.bos_id, setup.eos_id, np.dtype(setup.dtype))
+
+
+def encode_item(item: list[str] | tuple[Unit, ReaderConfig]) -> tuple[np.ndarray, np.ndarray] | UnitResult:
+    """A chunk's texts read by the parent, or a unit of input this worker reads and decodes itself."""
+    if isinstance(item, list):
+        return encode_chunk(item)
+    unit, reader = item
+    texts, result = read_unit(unit, reader)
+    if texts:
+        result.tokens, result.lengths = encode_chunk(texts)
+    else:
+        result.tokens = np.zeros(0, dtype=np.dtype(_STATE[1].dtype) if _STATE is not None else np.uint16)
+    return result
+
+
+def encode_with(task: tuple[WorkerSetup, list[str] | tuple[Unit, ReaderConfig]]
+                ) -> tuple[np.ndarray, np.ndarray] | UnitResult:
+    """`encode_item` in a pool started before the tokenizer was chosen: each task names its setup, and
+    the worker loads that tokenizer at its first task (again only if the setup changes: a failed
+    self-check's fall-back reuses the running workers)."""
+    setup, item = task
+    if _STATE is None or _STATE[1] != setup:
+        init_worker(setup)
+    return encode_item(item)
