@@ -10,9 +10,17 @@ import warnings
 import numpy as np
 import pytest
 
-from shardkit.errors import ConfigError
+from shardkit.errors import ConfigError, ResumeError
 from shardkit.format import open_dataset
-from shardkit.megatron import MegatronConfig, MegatronPrefix, Split, build_order, plan_epochs, prefixes_of
+from shardkit.megatron import (
+    MegatronBatches,
+    MegatronConfig,
+    MegatronPrefix,
+    Split,
+    build_order,
+    plan_epochs,
+    prefixes_of,
+)
 from shardkit.pack import PackConfig, TokenizeOptions, pack
 from shardkit.writer.shard_writer import ShardLimits
 from tests.support.paths import CORPUS, GPT2_JSON
@@ -172,3 +180,31 @@ def test_refusals_are_named(packed, tmp_path):
         MegatronPrefix(packed["wiki"], "nope").position  # noqa: B018
     with pytest.raises(ConfigError, match="sequence_length"):
         MegatronConfig(random_seed=1, sequence_length=1)
+
+
+def test_rank_slices_and_resume_from_consumed_samples(packed, tmp_path):
+    weights = [0.6, 0.4]
+    prefixes = [prefixes_of(packed["wiki"])[1], prefixes_of(packed["shake"])[2]]
+    theirs = _megatron(prefixes, weights, [1_000, 0, 0], tmp_path, random_seed=17, sequence_length=64, split="1")
+    cfg = _config(tmp_path, random_seed=17, sequence_length=64, split="1")
+    order = build_order(prefixes, weights, 1_000, Split.train, cfg)
+    # two ranks of micro-batch 3: each global batch of 6 ids split [0, 3) / [3, 6), as Megatron's sampler
+    ranks = [list(MegatronBatches(order, micro_batch_size=3, rank=r, world_size=2)) for r in (0, 1)]
+    assert len(ranks[0]) == len(ranks[1]) == len(order) // 6
+    for b, (a, c) in enumerate(zip(*ranks, strict=True)):
+        np.testing.assert_array_equal(np.concatenate([a["sample_ids"], c["sample_ids"]]), np.arange(6 * b, 6 * b + 6))
+        for row, i in zip(a["tokens"], a["sample_ids"], strict=True):
+            np.testing.assert_array_equal(row, _their_text(theirs[0], int(i)))
+    # a Megatron checkpoint's counter (consumed_samples = 6 * 40) continues on one rank of micro-batch 6
+    one = MegatronBatches(order, micro_batch_size=6)
+    one.load_state_dict({"consumed_samples": 240})
+    nxt = next(iter(one))
+    np.testing.assert_array_equal(nxt["sample_ids"], np.arange(240, 246))
+    np.testing.assert_array_equal(nxt["tokens"][:3], ranks[0][40]["tokens"])
+    assert one.state_dict()["consumed_samples"] == 246
+    other = build_order(prefixes, weights, 1_000, Split.train, _config(tmp_path, random_seed=17, sequence_length=32,
+                                                                        split="1"))
+    with pytest.raises(ResumeError, match="sequence_length.*seq_len"):
+        MegatronBatches(other, micro_batch_size=6).load_state_dict(one.state_dict())
+    with pytest.raises(ResumeError, match="multiple of the global batch"):
+        MegatronBatches(order, micro_batch_size=4).load_state_dict({"consumed_samples": 246})
