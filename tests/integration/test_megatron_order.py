@@ -9,6 +9,7 @@ import warnings
 
 import numpy as np
 import pytest
+from support.paths import CORPUS, GPT2_JSON
 
 from shardkit.errors import ConfigError, ResumeError
 from shardkit.format import open_dataset
@@ -23,7 +24,6 @@ from shardkit.megatron import (
 )
 from shardkit.pack import PackConfig, TokenizeOptions, pack
 from shardkit.writer.shard_writer import ShardLimits
-from tests.support.paths import CORPUS, GPT2_JSON
 
 torch = pytest.importorskip("torch")
 with warnings.catch_warnings():
