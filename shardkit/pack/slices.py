@@ -142,7 +142,7 @@ def _byte_range(file: InputFile, config: ReaderConfig, start: int, *, label: str
         raise ReaderError(label, e.problem, line=line) from e
 
 
-def _line_start(f: Any, pos: int, size: int) -> int:
+def line_start(f: Any, pos: int, size: int) -> int:
     """The first position ≥ `pos` at which a line starts (0, or just after a newline), or `size`."""
     if pos <= 0:
         return 0
@@ -168,8 +168,8 @@ class _LineRange(io.RawIOBase):
         self._f = fsspec.open(url, "rb").open()
         try:
             size = self._f.seek(0, io.SEEK_END)
-            begin = _line_start(self._f, start, size)
-            end = _line_start(self._f, stop, size)
+            begin = line_start(self._f, start, size)
+            end = line_start(self._f, stop, size)
             self._f.seek(begin)
         except BaseException:
             self._f.close()

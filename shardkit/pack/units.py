@@ -27,7 +27,7 @@ from ..readers import ReaderConfig, Record, read_records
 from ..remote.fs import is_remote
 from ..sources import Compression, InputFile, InputFormat, input_compression, input_format
 from .chunks import Chunk, Skip, iter_chunks, skip_reason
-from .slices import layout_files, slice_file
+from .slices import layout_files, line_start, slice_file
 from .tasks import Slice, SplitKind
 
 __all__ = ["UNIT_BYTES", "Unit", "UnitResult", "work_items", "read_unit", "UnitMerger"]
@@ -134,8 +134,8 @@ def work_items(files: Sequence[InputFile], reader: ReaderConfig, *, start_file: 
 def _line_span(url: str, start: int, stop: int, size: int) -> tuple[int, int, int]:
     """(first line start ≥ start, first line start ≥ stop, lines in between) of an uncompressed file."""
     with open(url, "rb", buffering=0) as f:
-        begin = _next_line_start(f, start, size)
-        end = _next_line_start(f, stop, size)
+        begin = line_start(f, start, size)
+        end = line_start(f, stop, size)
         f.seek(begin)
         left, lines, last = end - begin, 0, b"\n"
         while left > 0:
@@ -148,23 +148,6 @@ def _line_span(url: str, start: int, stop: int, size: int) -> tuple[int, int, in
     if end == size and begin < end and last != b"\n":
         lines += 1  # the file's last line, without its newline
     return begin, end, lines
-
-
-def _next_line_start(f, pos: int, size: int) -> int:  # type: ignore[no-untyped-def]
-    if pos <= 0:
-        return 0
-    if pos >= size:
-        return size
-    f.seek(pos - 1)
-    at = pos - 1
-    while True:
-        block = f.read(_SCAN)
-        if not block:
-            return size
-        k = block.find(b"\n")
-        if k >= 0:
-            return at + k + 1
-        at += len(block)
 
 
 def read_unit(unit: Unit, reader: ReaderConfig) -> tuple[list[str], UnitResult]:
