@@ -5,28 +5,12 @@ import itertools
 
 import numpy as np
 import pytest
-from support.mixtures import make_sources
+from support.mixtures import SEQ, make_sources, three_phase_recipe
 
 from shardkit.engine.explain import document_steps, explain
 from shardkit.errors import ConfigError
 from shardkit.loader import Loader, MixtureLoader
 from shardkit.writer import write_dataset
-
-SEQ = 16
-
-
-def recipe():
-    return {
-        "seed": 7, "seq_len": SEQ,
-        "phases": [
-            {"name": "warmup", "tokens": 2000, "mix": {"web": 0.6, "code": 0.3, "math": 0.1},
-             "batch": {"ramp": {"start": 4, "increment": 4, "over_samples": 40, "final": 8}}},
-            {"name": "main", "tokens": 6000, "batch": 8, "mix": {"web": 0.5, "code": 0.5}},
-            {"name": "long", "tokens": 6000, "batch": 4, "seq_len": 2 * SEQ,
-             "mix": {"web": 0.25, "code": 0.25, "math": 0.5}},
-        ],
-        "sources": {"web": {"path": "web"}, "code": {"path": "code"}, "math": {"path": "math"}},
-    }
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +53,7 @@ def test_explain_equals_delivered_mixture(data, world, micro):
     rng = np.random.default_rng(world * 10 + (micro or 0))
     datasets = None
     for rank in sorted({0, world - 1}):
-        loader = MixtureLoader(recipe(), base_dir=data, readahead=False, rank=rank, world_size=world,
+        loader = MixtureLoader(three_phase_recipe(), base_dir=data, readahead=False, rank=rank, world_size=world,
                                micro_batch_size=micro)
         datasets = datasets or {n: loader.engine.plan.sources[n].dataset for n in loader.engine.plan.names}
         n = loader.num_batches()
@@ -129,7 +113,7 @@ def test_explain_is_the_same_at_far_steps(data):
 
 
 def test_explain_bad_arguments_are_clear(data):
-    loader = MixtureLoader(recipe(), base_dir=data, readahead=False, world_size=2, rank=0)
+    loader = MixtureLoader(three_phase_recipe(), base_dir=data, readahead=False, world_size=2, rank=0)
     with pytest.raises(ConfigError, match="past the end"):
         explain(loader, loader.num_batches())
     with pytest.raises(ConfigError, match="rank 2 is out of range"):

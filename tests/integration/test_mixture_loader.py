@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 import pytest
-from support.mixtures import make_sources, window
+from support.mixtures import SEQ, make_sources, three_phase_recipe, window
 
 from shardkit.engine import BatchFields
 from shardkit.errors import ConfigError, InputError, ResumeError
@@ -16,24 +16,6 @@ from shardkit.mixture.sources import stream_seed
 from shardkit.order import SampleOrder, ShuffleConfig
 from shardkit.writer import write_dataset
 
-SEQ = 16
-
-
-def recipe(**over):
-    r = {
-        "seed": 7, "seq_len": SEQ,
-        "phases": [
-            {"name": "warmup", "tokens": 2000, "mix": {"web": 0.6, "code": 0.3, "math": 0.1},
-             "batch": {"ramp": {"start": 4, "increment": 4, "over_samples": 40, "final": 8}}},
-            {"name": "main", "tokens": 6000, "batch": 8, "mix": {"web": 0.5, "code": 0.5}},
-            {"name": "long", "tokens": 6000, "batch": 4, "seq_len": 2 * SEQ,
-             "mix": {"web": 0.25, "code": 0.25, "math": 0.5}},
-        ],
-        "sources": {"web": {"path": "web"}, "code": {"path": "code"}, "math": {"path": "math"}},
-    }
-    r.update(over)
-    return r
-
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
@@ -42,7 +24,7 @@ def data(tmp_path_factory):
 
 
 def _loader(root, r=None, **kw):
-    return MixtureLoader(r or recipe(), base_dir=root, readahead=False, **kw)
+    return MixtureLoader(r or three_phase_recipe(), base_dir=root, readahead=False, **kw)
 
 
 def _rows(loader, n=None):
@@ -94,10 +76,10 @@ def test_recipe_files_resolve_paths_next_to_them(data, tmp_path):
 
 def test_bad_input_is_a_clear_error_before_any_data_is_read(data, tmp_path):
     root, _ = data
-    bad_path = recipe(sources={**recipe()["sources"], "math": {"path": "nowhere"}})
+    bad_path = three_phase_recipe(sources={**three_phase_recipe()["sources"], "math": {"path": "nowhere"}})
     with pytest.raises(InputError, match="source 'math'.*no such directory"):
         _loader(root, bad_path)
-    long = recipe()
+    long = three_phase_recipe()
     long["phases"][2]["seq_len"] = 10**6
     with pytest.raises(ConfigError, match=r"phases\[2\] \(long\): seq_len 1,000,000 is too long for source"):
         _loader(root, long)
@@ -106,15 +88,15 @@ def test_bad_input_is_a_clear_error_before_any_data_is_read(data, tmp_path):
     with pytest.raises(ConfigError, match="micro_batch_size 3"):
         _loader(root, world_size=1, rank=0, micro_batch_size=3)
     for tokens in (0, -5):
-        zero = recipe()
+        zero = three_phase_recipe()
         zero["phases"][1]["tokens"] = tokens
         with pytest.raises(ConfigError, match=r"phases\[1\].tokens"):
             _loader(root, zero)
-    unknown = recipe()
+    unknown = three_phase_recipe()
     unknown["phases"][1]["mix"] = {"web": 0.5, "cod": 0.5}
     with pytest.raises(ConfigError, match="unknown source 'cod'.*did you mean 'code'"):
         _loader(root, unknown)
-    uneven = recipe()
+    uneven = three_phase_recipe()
     uneven["phases"][1]["mix"] = {"web": 2, "code": 1}
     with pytest.warns(RecipeWarning, match="normalized"):
         _loader(root, uneven)
@@ -126,7 +108,7 @@ def test_bad_input_is_a_clear_error_before_any_data_is_read(data, tmp_path):
 
 def test_upsampled_source_repeats_with_a_new_permutation_per_epoch(data):
     root, _ = data
-    r = recipe(phases=[{"name": "only", "tokens": 40_000, "batch": 8, "mix": {"math": 0.75, "web": 0.25}}])
+    r = three_phase_recipe(phases=[{"name": "only", "tokens": 40_000, "batch": 8, "mix": {"math": 0.75, "web": 0.25}}])
     loader = _loader(root, r)
     j = loader.sources.index("math")
     ids = np.concatenate([ids[src == j] for src, ids in map(loader.global_sample_ids, range(loader.num_batches()))])
@@ -141,7 +123,7 @@ def test_upsampled_source_repeats_with_a_new_permutation_per_epoch(data):
 
 def test_epoch_cap_ends_the_run_with_a_clear_message(data):
     root, _ = data
-    r = recipe(phases=[{"name": "only", "tokens": 40_000, "batch": 8, "mix": {"math": 0.75, "web": 0.25}}],
+    r = three_phase_recipe(phases=[{"name": "only", "tokens": 40_000, "batch": 8, "mix": {"math": 0.75, "web": 0.25}}],
                sources={"web": {"path": "web"}, "math": {"path": "math", "epochs": 2}})
     with pytest.warns(RecipeWarning, match="source 'math' runs out of data at global batch"):
         loader = _loader(root, r)
@@ -166,7 +148,7 @@ def test_epoch_cap_ends_the_run_with_a_clear_message(data):
 def test_seq_len_change_continues_each_source_by_tokens(data):
     """Phase `long` doubles seq_len: each source's first position there is ⌈tokens given / 2L⌉ (shuffle none)."""
     root, flats = data
-    loader = _loader(root, recipe(shuffle="none"))
+    loader = _loader(root, three_phase_recipe(shuffle="none"))
     first = loader.plan.bounds[2].first_batch
     tokens = loader._cursor.tokens_before(first)
     seen = {}
@@ -196,7 +178,7 @@ def test_state_dict_is_small_json_and_resume_is_exact(data):
         assert [r[0] for r in rest] == [r[0] for r in reference[at:]]
         for got, ref in zip(rest, reference[at:]):
             np.testing.assert_array_equal(got[1], ref[1])
-    huge = _loader(root, recipe(phases=[{"name": "p", "tokens": "1T", "batch": 8, "mix": {"web": 0.5, "math": 0.5}}]))
+    huge = _loader(root, three_phase_recipe(phases=[{"name": "p", "tokens": "1T", "batch": 8, "mix": {"web": 0.5, "math": 0.5}}]))
     huge.load_state_dict(huge.state_at(10**9))
     item = next(iter(huge))
     assert item["batch_index"] == 10**9 and huge.state_dict()["sources"]["web"]["samples"] == 4 * (10**9 + 1)
@@ -207,7 +189,7 @@ def test_resume_refusals(data, tmp_path):
     loader = _loader(root)
     _rows(loader, 4)
     state = loader.state_dict()
-    other = recipe()
+    other = three_phase_recipe()
     other["phases"][0]["mix"] = {"web": 0.5, "code": 0.4, "math": 0.1}
     with pytest.raises(ResumeError, match=r"stream.phases\[0\].mix.code: saved 0.3, now 0.4.*allow_recipe_change=True"):
         _loader(root, other).load_state_dict(state)
@@ -241,9 +223,9 @@ def _source_ids(loader, first, stop):
 def test_recipe_change_mid_run_continues_each_sources_order(data):
     root, _ = data
     one = {"name": "p", "tokens": 8000, "batch": 8}
-    a = recipe(phases=[{**one, "mix": {"web": 0.5, "code": 0.25, "math": 0.25}}])
-    b = recipe(phases=[{**one, "tokens": 16000, "mix": {"web": 0.25, "code": 0.75}}])
-    c = recipe(phases=[{**one, "tokens": 24000, "mix": {"web": 0.5, "math": 0.5}}])
+    a = three_phase_recipe(phases=[{**one, "mix": {"web": 0.5, "code": 0.25, "math": 0.25}}])
+    b = three_phase_recipe(phases=[{**one, "tokens": 16000, "mix": {"web": 0.25, "code": 0.75}}])
+    c = three_phase_recipe(phases=[{**one, "tokens": 24000, "mix": {"web": 0.5, "math": 0.5}}])
     first = _loader(root, a)
     _rows(first, 20)
     state_a = first.state_dict()
@@ -361,7 +343,7 @@ def test_sources_of_different_dtypes_are_copied_per_source(data, tmp_path):
     root, flats = data
     wide = [np.arange(i * 40, i * 40 + 37, dtype=np.int32) + 70_000 for i in range(60)]
     write_dataset(tmp_path / "wide", wide, dtype="int32", max_tokens_per_shard=500, checksum_block_size=4096)
-    r = recipe(phases=[{"name": "p", "tokens": 3000, "batch": 4, "mix": {"web": 0.5, "wide": 0.5}}],
+    r = three_phase_recipe(phases=[{"name": "p", "tokens": 3000, "batch": 4, "mix": {"web": 0.5, "wide": 0.5}}],
                sources={"web": {"path": str(root / "web")}, "wide": {"path": "wide"}})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RecipeWarning)
@@ -383,8 +365,8 @@ def test_source_orders_are_pinned_and_independent_of_other_sources(data):
     assert order.sample_ids(0, np.arange(8)).tolist() == [328, 825, 4, 336, 808, 239, 19, 355]
     assert order.sample_ids(1, np.arange(8)).tolist() == [776, 17, 660, 3, 782, 693, 666, 779]
     root, _ = data
-    two = _loader(root, recipe(phases=[{"name": "p", "tokens": 4000, "batch": 8, "mix": {"web": 1}}]))
-    three = _loader(root, recipe(phases=[{"name": "p", "tokens": 4000, "batch": 8, "mix": {"web": 0.5, "code": 0.5}}]))
+    two = _loader(root, three_phase_recipe(phases=[{"name": "p", "tokens": 4000, "batch": 8, "mix": {"web": 1}}]))
+    three = _loader(root, three_phase_recipe(phases=[{"name": "p", "tokens": 4000, "batch": 8, "mix": {"web": 0.5, "code": 0.5}}]))
     w2, w3 = two.sources.index("web"), three.sources.index("web")
     a = two.streams[(w2, SEQ)].order.sample_ids(0, np.arange(50))
     b = three.streams[(w3, SEQ)].order.sample_ids(0, np.arange(50))
@@ -393,7 +375,7 @@ def test_source_orders_are_pinned_and_independent_of_other_sources(data):
 
 def test_sources_naming_the_same_directory_share_one_mapping(data):
     root, flats = data
-    r = recipe(phases=[{"name": "p", "tokens": 3000, "batch": 8, "mix": {"web": 0.5, "again": 0.5}}],
+    r = three_phase_recipe(phases=[{"name": "p", "tokens": 3000, "batch": 8, "mix": {"web": 0.5, "again": 0.5}}],
                sources={"web": {"path": "web"}, "again": {"path": str(root / "web")}})
     loader = MixtureLoader(r, base_dir=root)  # readahead on: eviction stays off for shared files
     assert loader.datasets["web"] is loader.datasets["again"]
@@ -412,7 +394,7 @@ def test_loader_from_recipe_is_the_mixture_loader(data, tmp_path):
 
     root, _ = data
     path = tmp_path / "recipe.json"
-    r = recipe(sources={k: {"path": str(root / k)} for k in ("web", "code", "math")})
+    r = three_phase_recipe(sources={k: {"path": str(root / k)} for k in ("web", "code", "math")})
     path.write_text(json.dumps(r))
     via_loader = shardkit.Loader.from_recipe(str(path), readahead=False)
     assert isinstance(via_loader, MixtureLoader)

@@ -28,3 +28,23 @@ def make_sources(root: Path, docs: dict[str, int] | None = None, *, shard_tokens
 
 def window(flat: np.ndarray, sample_id: int, seq_len: int) -> np.ndarray:
     return flat[sample_id * seq_len: sample_id * seq_len + seq_len + 1]
+
+
+SEQ = 16
+
+
+def three_phase_recipe(**over: object) -> dict:
+    """Three phases over web/code/math (`make_sources`): a ramp, a two-source mix, a seq_len change."""
+    r: dict = {
+        "seed": 7, "seq_len": SEQ,
+        "phases": [
+            {"name": "warmup", "tokens": 2000, "mix": {"web": 0.6, "code": 0.3, "math": 0.1},
+             "batch": {"ramp": {"start": 4, "increment": 4, "over_samples": 40, "final": 8}}},
+            {"name": "main", "tokens": 6000, "batch": 8, "mix": {"web": 0.5, "code": 0.5}},
+            {"name": "long", "tokens": 6000, "batch": 4, "seq_len": 2 * SEQ,
+             "mix": {"web": 0.25, "code": 0.25, "math": 0.5}},
+        ],
+        "sources": {"web": {"path": "web"}, "code": {"path": "code"}, "math": {"path": "math"}},
+    }
+    r.update(over)
+    return r
