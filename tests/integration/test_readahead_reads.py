@@ -4,58 +4,17 @@ With several ranks each rank reads its own rows of a shuffle group, about 1/W of
 file mapping makes the kernel read around the faulting page (`read_ahead_kb`, often 128 KiB–2.5 MiB), which
 would fetch the other ranks' rows too: W nodes would each read the whole group from shared storage. The
 engine advises such mappings MADV_RANDOM; this test counts the bytes read in a fresh process whose files
-were evicted from the page cache first.
+were evicted from the page cache first (`shardkit.planner.measure`, which also validates the I/O planner).
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 from support.token_data import random_dataset
 
-CHILD = textwrap.dedent("""
-    import json, os, sys
-    from pathlib import Path
-    from shardkit import Loader
-
-    path, world, rank, steps = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-
-    def read_bytes():
-        for line in open("/proc/self/io"):
-            if line.startswith("read_bytes"):
-                return int(line.split()[1])
-
-    for f in path.glob("*.bin"):  # evict: every page this process needs must come from storage
-        fd = os.open(f, os.O_RDONLY)
-        os.fsync(fd)  # pages still being written back are not dropped
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        os.close(fd)
-    probe = max(path.glob("*.bin"), key=lambda f: f.stat().st_size)
-    before = read_bytes()
-    with open(probe, "rb") as f:  # eviction works here (a file system that drops clean pages on request)?
-        f.seek(1 << 20)
-        f.read(4096)
-    evicted = read_bytes() > before
-    for f in path.glob("*.bin"):
-        fd = os.open(f, os.O_RDONLY)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        os.close(fd)
-    loader = Loader(path, seq_len=2048, batch_schedule=64, seed=3, rank=rank, world_size=world,
-                    shuffle="block", block_samples=64, group_blocks=16)
-    before = read_bytes()
-    rows = 0
-    it = iter(loader)
-    for _ in range(steps):
-        rows += next(it)["input_ids"].shape[0]
-    loader.engine.wait_hints()
-    print(json.dumps({"evicted": evicted, "read": read_bytes() - before, "rows": rows,
-                      "bin_bytes": sum(f.stat().st_size for f in path.glob("*.bin"))}))
-""")
+from shardkit.planner.measure import measure_node
 
 
 @pytest.fixture(scope="module")
@@ -64,16 +23,13 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return random_dataset(tmp_path_factory.mktemp("reads") / "ds", 32 << 20, shard_bytes=16 << 20, seed=0)
 
 
-def _run(path: Path, world: int, rank: int, steps: int) -> dict:
-    done = subprocess.run([sys.executable, "-c", CHILD, str(path), str(world), str(rank), str(steps)],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 @pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs /proc/self/io (Linux)")
 def test_one_rank_of_eight_reads_about_its_own_rows_not_the_whole_group(dataset: Path) -> None:
-    got = _run(dataset, world=8, rank=3, steps=64)
+    got = measure_node(dataset, world_size=8, ranks=[3], warm_steps=0, steps=64,
+                       loader_options={"seq_len": 2048, "batch_schedule": 64, "seed": 3, "shuffle": "block",
+                                       "block_samples": 64, "group_blocks": 16})
+    got["read"] = got["read_bytes"]
+    got["bin_bytes"] = sum(f.stat().st_size for f in dataset.glob("*.bin"))
     if not got["evicted"]:
         pytest.skip("this file system keeps clean pages after POSIX_FADV_DONTNEED: reads cannot be counted")
     # the rank read 64 steps × 8 rows; with hints two groups ahead it has asked for about 2 × 1,024 / 8 more
