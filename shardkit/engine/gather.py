@@ -87,7 +87,7 @@ class Gather:
         else:
             view, index = self._view(shards, held, rows.gid, rows.local, width)
             if k <= CHECK_ALL_SHARDS:  # each slab checks all of them (most do touch all): nothing to count
-                present = np.ones((1, k), dtype=bool)
+                present = None
             else:  # which shards each slab touches: one bincount over (slab, shard) pairs, no sort
                 slab_of = np.repeat(np.arange(len(slab_bounds) - 1), np.diff(slab_bounds))
                 pairs = slab_of * k + np.searchsorted(np.asarray(shards), rows.gid)
@@ -186,7 +186,7 @@ class _Chunk:
         self.checks = [(m, gather.mapper.shard(g)) for m, g in zip(held, shards)]
         # the shards every slab checks (one shard, or few enough to check them all); else per slab, a bit mask
         # of the shards it touches, each mask's list made once per chunk (most slabs touch the same few)
-        self._every = list(range(len(shards))) if present is None or len(present) == 1 else None
+        self._every = list(range(len(shards))) if present is None else None
         if self._every is None and len(shards) <= 62:
             self.masks = (present.astype(np.int64) << np.arange(len(shards), dtype=np.int64)).sum(axis=1).tolist()
         else:
