@@ -55,6 +55,18 @@ def _skip_ranges(ctx: click.Context, param: click.Parameter, value: tuple[str, .
 skip_option = click.option("--skip", multiple=True, callback=_skip_ranges, metavar="FIRST,LAST",
                            help="Never deliver global batches FIRST..LAST (inclusive; repeatable): see docs/operations.md.")
 
+
+
+def verify_options(f: Any) -> Any:
+    """`--verify-on-read` and `--on-corrupt`: checksum blocks hashed on first read, and what a damaged one costs."""
+    f = click.option("--on-corrupt", type=click.Choice(["raise", "refetch", "skip"]), default="raise",
+                     show_default=True,
+                     help="A block that fails its checksum: stop naming it, read it again (then stop), or replace "
+                          "the rows reading it and go on (counted and reported): see docs/operations.md.")(f)
+    return click.option("--verify-on-read", is_flag=True,
+                        help="Hash each local checksum block on its first read (remote blocks always are).")(f)
+
+
 # values of these keys stay strings even when they look like numbers (a secret of digits is still a secret)
 _STRING_KEYS = frozenset({"key", "secret", "token", "password", "username", "profile", "endpoint_url",
                           "region_name", "region", "project", "account_name", "account_key", "sas_token"})

@@ -21,7 +21,14 @@ from shardkit.stream import StreamReport, stream
 from shardkit.units import human_count
 
 from .accounting_table import accounting_table
-from .options import ByteSize, check_dataset_arg, json_option, skip_option, storage_option_flag
+from .options import (
+    ByteSize,
+    check_dataset_arg,
+    json_option,
+    skip_option,
+    storage_option_flag,
+    verify_options,
+)
 from .progress import StatusLine
 
 _LOADER_ONLY = ("seq_len", "batch_size", "ramp", "seed", "shuffle", "max_epochs", "packing")  # the recipe sets these
@@ -71,11 +78,12 @@ def _ramp(ctx, param, value):
                                                      "cost (Σ len²).")
 @storage_option_flag
 @skip_option
+@verify_options
 @json_option
 @click.pass_context
 def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, shuffle, steps, start_step, rank,
                world_size, workers, max_epochs, cache_dir, cache_limit, packing, packing_cache_dir, balance_ranks,
-               storage_options, skip, as_json):
+               storage_options, skip, verify_on_read, on_corrupt, as_json):
     """Run the loader on DATASET (or a --recipe mixture) without a trainer; print tokens/s and a digest.
 
     DATASET is a dataset directory or a remote URL (s3://, gs://, az://, ...) streamed through a bounded
@@ -92,14 +100,16 @@ def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, sh
         _stream_recipe(recipe, strict=strict, steps=steps, start_step=start_step, rank=rank,
                        world_size=world_size, workers=workers, as_json=as_json, cache_dir=cache_dir,
                        cache_limit=cache_limit, storage_options=storage_options,
-                       packing_cache_dir=packing_cache_dir, balance_ranks=balance_ranks, skip=skip)
+                       packing_cache_dir=packing_cache_dir, balance_ranks=balance_ranks, skip=skip,
+                       verify_on_read=verify_on_read, on_corrupt=on_corrupt)
         return
     if strict:
         raise click.UsageError("--strict applies to --recipe only")
     loader = Loader(dataset, seq_len=seq_len, seed=seed, batch_schedule=ramp or batch_size, shuffle=shuffle,
                     rank=rank, world_size=world_size, max_epochs=max_epochs, cache_dir=cache_dir,
                     cache_limit=cache_limit, storage_options=storage_options, packing=packing,
-                    packing_cache_dir=packing_cache_dir, balance_ranks=balance_ranks, skip=skip)
+                    packing_cache_dir=packing_cache_dir, balance_ranks=balance_ranks, skip=skip,
+                    verify_on_read=verify_on_read, on_corrupt=on_corrupt)
     if start_step:
         loader.load_state_dict(loader.state_at(start_step))
     packed = packing_report(loader, world_size=world_size, batches=min(steps, 256)) if packing != "window" \
@@ -128,6 +138,7 @@ def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, sh
         c = loader.dataset.stats()
         click.echo(f"  cache: {c['bytes_downloaded'] / 2**20:.1f} MiB downloaded in {c['blocks_downloaded']} blocks, "
                    f"{c['blocks_verified']} cached blocks re-verified, waited {c['wait_seconds']:.2f} s")
+    _echo_integrity(m, workers)
     click.echo(f"  digest {report.digest}")
 
 
@@ -168,12 +179,13 @@ def packing_lines(p: dict) -> str:
 
 def _stream_recipe(recipe, *, strict, steps, start_step, rank, world_size, workers, as_json, cache_dir=None,
                    cache_limit=None, storage_options=None, packing_cache_dir=None, balance_ranks=False,
-                   skip=()) -> None:
+                   skip=(), verify_on_read=False, on_corrupt="raise") -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RecipeWarning)
         loader = MixtureLoader(recipe, strict=strict, rank=rank, world_size=world_size, cache_dir=cache_dir,
                                cache_limit=cache_limit, storage_options=storage_options,  # remote sources
-                               packing_cache_dir=packing_cache_dir, balance_ranks=balance_ranks, skip=skip)
+                               packing_cache_dir=packing_cache_dir, balance_ranks=balance_ranks, skip=skip,
+                               verify_on_read=verify_on_read, on_corrupt=on_corrupt)
         if start_step:
             loader.load_state_dict(loader.state_at(start_step))
         report = _run(loader, steps, workers, as_json)
@@ -203,7 +215,25 @@ def _stream_recipe(recipe, *, strict, steps, start_step, rank, world_size, worke
     click.echo(accounting_table(out["accounting"]))
     click.echo(f"  reads: {mixture['bytes_copied'] / 2**20:.1f} MiB copied, {mixture['groups_entered']} groups "
                f"entered, {mixture['bytes_prefetched'] / 2**20:.0f} MiB hinted ahead")
+    _echo_integrity(report.metrics, workers)
     click.echo(f"  digest {report.digest}")
+
+
+def _echo_integrity(m: dict, workers: int) -> None:
+    """What verify_on_read / on_corrupt did in this process (with workers: in the main process only)."""
+    got = m.get("integrity")
+    if got is None:
+        return
+    where = " (this process; each worker verifies its own reads)" if workers > 0 else ""
+    click.echo(f"  integrity{where}: {got['blocks_verified']} checksum blocks verified "
+               f"({got['bytes_verified'] / 2**20:.0f} MiB), {got['corrupt_blocks']} damaged, "
+               f"{got['rows_replaced']} rows replaced (on_corrupt={got['policy']})")
+    for ev in got["events"][:10]:
+        click.echo(f"    step {ev['step']} rank {ev['rank']}: {ev['rows_replaced']} row(s) of {ev['source']!r} "
+                   f"replaced (shard {ev['shard']}, block {ev['block']}, bytes {ev['byte_range'][0]:,}–"
+                   f"{ev['byte_range'][1]:,})")
+    if len(got["events"]) > 10:
+        click.echo(f"    … {len(got['events']) - 10} more events (--json lists them)")
 
 
 def _table(m: dict) -> str:

@@ -119,6 +119,8 @@ class IntegrityError(ShardkitError):
         self.byte_range = byte_range
         self.expected = expected
         self.actual = actual
+        self.block: int | None = None  # a dataset's checksum block id, where a reader knows it
+        self.source: int | None = None  # the loader source whose read found it
         where = f" bytes [{byte_range[0]}, {byte_range[1]})" if byte_range else ""
         super().__init__(f"{shard}{where}: {problem}")
 

@@ -19,6 +19,7 @@ from ..order._checks import positive_int
 from ..units import parse_bytes
 from .fields import BatchFields
 from .mapper import check_budget
+from .verify_read import CorruptPolicy
 
 __all__ = ["Placement", "ReadOptions", "check_divisible", "check_flag", "check_optional_positive"]
 
@@ -86,9 +87,13 @@ class ReadOptions:
     cache_limit: int | str | None = None
     storage_options: dict[str, Any] | None = None
     balance_ranks: bool = False  # packed rows: deal each global batch's rows to ranks by Σ len² (engine/balance.py)
+    verify_on_read: bool = False  # hash each local checksum block on its first read (engine/verify_read.py)
+    on_corrupt: CorruptPolicy | str = "raise"  # a block that fails: "raise", "refetch" or "skip" (replace rows)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fields", BatchFields.parse(self.fields))
+        check_flag("verify_on_read", self.verify_on_read)
+        object.__setattr__(self, "on_corrupt", CorruptPolicy.parse(self.on_corrupt))
         check_flag("readahead", self.readahead)
         check_flag("balance_ranks", self.balance_ranks)
         if self.release not in RELEASE_MODES:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import IntegrityError
 from ..format.dataset import Dataset
 from ..order import ShuffleMode, item_sequence
 from .balance import Balancer
@@ -32,6 +33,7 @@ from .packed_rows import PackedReader, is_packed
 from .plan import Plan
 from .readahead import GroupHints, HintWorker, ReadMetrics, advise_hugepage, advise_random, hint_rows
 from .skips import SkipMap
+from .verify_read import CorruptPolicy, ReadVerifier
 
 __all__ = ["Engine"]
 
@@ -88,6 +90,9 @@ class Engine:
         self.gather = Gather(self.mapper, self.dtype, gates)
         self.packed = PackedReader(self.mapper, self.dtype)
         self.balancer = Balancer(plan, placement.world_size) if read.balance_ranks else None
+        skipping = read.on_corrupt is CorruptPolicy.SKIP
+        self.verifier = ReadVerifier(datasets, self.mapper, read.on_corrupt, local=read.verify_on_read,
+                                     rank=placement.rank) if read.verify_on_read or skipping else None
         self._gates = gates
         self.doc_starts = DocStarts(self.mapper)
         self._block_base: dict[tuple[int, int], int] = {}
@@ -103,6 +108,11 @@ class Engine:
             reads={n: [self.reads[k] for k in sorted(plan.streams) if plan.names[k[0]] == n] for n in plan.names},
             itemsize=self.dtype.itemsize, position=lambda: self.batch)
         self.metrics.end_batch, self.metrics.exhausted = plan.end, plan.exhausted
+        if self.verifier is not None:
+            self.metrics.integrity = self.verifier.to_json
+            if self.verifier.checks_local:
+                for h in self.hints.values():
+                    h.on_enter = self.verifier.lookahead
         self.batch = 0
         self.micro = 0
         self.skips: SkipMap | None = None
@@ -216,6 +226,7 @@ class Engine:
         if self.balancer is not None and self.balancer.applies(phase):  # packed rows dealt by attention cost
             positions = self.balancer.remap(phase, batches, counts, positions)
         rows = self.plan.rows(phase, positions)
+        verifier = self.verifier
         for j, stream in rows.streams.items():  # remote: fetch the chunk's blocks in order of first use
             gate = self._gates.get((j, p.seq_len))
             if gate is not None:
@@ -256,6 +267,11 @@ class Engine:
         next_enter = 0
         enter_item = enter_at[0][0]
         prepared = None if packed else self.gather.chunk(rows, slab_bounds, width)
+        # the chunk's blocks not verified yet: hashed ahead on the verifier's thread, through the mappings just held
+        def where(row: int) -> tuple[int, int]:
+            i = int(np.searchsorted(bounds, row, side="right")) - 1
+            return int(batches[i]), int(micros[i])
+        check = verifier.start_chunk(rows, where) if verifier is not None else None
         next_slab_of = prepared.slab if prepared is not None else (lambda a, z: self.gather.slab(rows, a, z, width))
         if packed:
             next_slab_of = lambda a, z: self.packed.slab(rows, a, z, width)  # noqa: E731
@@ -272,7 +288,15 @@ class Engine:
                 hinted_upto = stop
             if z > slab_end:  # item i starts the next slab
                 slab_base, slab_end = slab_bounds[next_slab], slab_bounds[next_slab + 1]
-                slab = next_slab_of(slab_base, slab_end)
+                if check is not None:
+                    if check.before_slab(slab_base, slab_end):  # rows reading a damaged block were replaced
+                        next_slab_of = self._reader(rows, packed, width)
+                    slab, replaced = self._slab_around_damage(check, rows, slab_base, slab_end, next_slab_of,
+                                                              packed, width)
+                    if replaced:
+                        next_slab_of = self._reader(rows, packed, width)
+                else:
+                    slab = next_slab_of(slab_base, slab_end)
                 next_slab += 1
             while enter_item <= i:
                 _, key, e, g = enter_at[next_enter]
@@ -294,6 +318,30 @@ class Engine:
             out["batch_index"], out["global_batch_size"], out["micro_index"], out["num_micro"] = b, size, k, nm
             yield u, b, k, nm, out
         self.metrics.close_chunk()
+
+    def _reader(self, rows: Any, packed: bool, width: int) -> Any:
+        """Slabs gathered from `rows` as they are now (rows replaced after a chunk was prepared)."""
+        if packed:
+            return lambda a, z: self.packed.slab(rows, a, z, width)
+        return lambda a, z: self.gather.slab(rows, a, z, width)
+
+    def _slab_around_damage(self, check: Any, rows: Any, a: int, z: int, read: Any, packed: bool, width: int
+                            ) -> tuple[np.ndarray, bool]:
+        """(a slab, whether rows were replaced): under on_corrupt='skip', a remote block found damaged by the
+        read has its rows replaced and the slab is read again (each retry rules one more block out)."""
+        replaced = False
+        for _ in range(64):
+            try:
+                return read(a, z), replaced
+            except IntegrityError as e:
+                v = self.verifier
+                if v is None or v.policy is not CorruptPolicy.SKIP or e.block is None or e.source is None:
+                    raise
+                d = self.mapper.dataset_of(rows.streams[e.source].windows.gid_base)
+                if not check.damaged_remote(d, e.block, a, z):
+                    raise
+                read, replaced = self._reader(rows, packed, width), True
+        raise IntegrityError("remote dataset", "more than 64 damaged blocks under one slab; verify the dataset")
 
     def _rows_ahead(self, rows: Any) -> int:
         """Rows of this rank to hint ahead of delivery: two shuffle groups' share (8 MiB of rows for full or
@@ -347,6 +395,8 @@ class Engine:
     def close(self) -> None:
         """Stop the hint worker, release every mapping and remote pin; the engine can be used again after."""
         _shutdown(self._worker, self.mapper)
+        if self.verifier is not None:
+            self.verifier.close()
         self.gather.forget()
         for gate in self._gates.values():
             gate.release()

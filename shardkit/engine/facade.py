@@ -61,12 +61,16 @@ class ReadConfig:
     allow_data_change: bool = False
     # global batch ranges [first, last] (inclusive) never delivered, on every rank: see engine/skips.py
     skip: Any = ()
+    # hash each local checksum block on its first read, and what a damaged block costs: engine/verify_read.py
+    verify_on_read: bool = False
+    on_corrupt: str = "raise"  # "raise", "refetch" or "skip"
 
     def read_options(self) -> ReadOptions:
         return ReadOptions(fields=self.fields, readahead=self.readahead, release=self.release,
                            max_open_shards=self.max_open_shards, cache_dir=self.cache_dir,
                            cache_limit=self.cache_limit, storage_options=self.storage_options,
-                           balance_ranks=self.balance_ranks)
+                           balance_ranks=self.balance_ranks, verify_on_read=self.verify_on_read,
+                           on_corrupt=self.on_corrupt)
 
     def overrides(self) -> Overrides:
         return Overrides(allow_budget_change=self.allow_budget_change, allow_recipe_change=self.allow_recipe_change,

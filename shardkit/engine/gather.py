@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import IntegrityError
 from .mapper import Mapper, Mapping
 from .plan import Rows
 
@@ -102,7 +103,11 @@ class Gather:
             if gate is None:
                 continue
             sel = slice(None) if len(rows.streams) == 1 else np.flatnonzero(src == j)
-            gate.located(rows.gid[a:z][sel] - stream.windows.gid_base, rows.local[a:z][sel])
+            try:
+                gate.located(rows.gid[a:z][sel] - stream.windows.gid_base, rows.local[a:z][sel])
+            except IntegrityError as e:
+                e.source = j  # which source's block: a loader that skips damaged blocks replaces its rows
+                raise
 
     def _by_dtype(self, gid: np.ndarray, local: np.ndarray, inside: np.ndarray, width: int) -> np.ndarray:
         out = np.empty((gid.size, width), dtype=self.dtype)

@@ -35,6 +35,7 @@ class LoaderMetrics:
     position: Callable[[], int] = lambda: 0  # the loader's next batch
     end_batch: int = 0
     exhausted: Exhaustion | None = None
+    integrity: Callable[[], dict[str, Any]] | None = None
 
     itemsize: int = 2
 
@@ -137,4 +138,6 @@ class LoaderMetrics:
             "bytes_prefetched": sum(s["bytes_prefetched"] for s in sources.values()),
             "bytes_released": sum(r.bytes_released for rs in self.reads.values() for r in rs),
         })
+        if self.integrity is not None:  # verify_on_read / on_corrupt: blocks verified, damage met, rows replaced
+            out["integrity"] = self.integrity()
         return out

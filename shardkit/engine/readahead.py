@@ -328,6 +328,8 @@ class GroupHints:
         self._held: deque[tuple[int, int, np.ndarray]] = deque()  # (epoch, group, blocks), oldest first
         self._hinted: set[int] = set()  # blocks hinted and not released since
         self.current: tuple[int, int] | None = None
+        # told the next group's blocks on entering a group (verify_on_read hashes them ahead)
+        self.on_enter: Callable[[Stream, np.ndarray], None] | None = None
 
     def enter(self, epoch: int, group: int) -> None:
         """Delivery reaches (epoch, group): hint it and the next, release the groups before it."""
@@ -338,6 +340,8 @@ class GroupHints:
         self.metrics.groups_entered += 1
         blocks = order.blocks_of_group(epoch, group)
         nxt = order.blocks_of_group(*order.group_after(epoch, group))
+        if self.on_enter is not None:
+            self.on_enter(self.stream, nxt)
         if self.remote is not None:
             self.remote.enter_group(epoch, group, blocks, nxt,
                                     later=lambda k: order.blocks_of_group(*order.group_after(epoch, group, k)))

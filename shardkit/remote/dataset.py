@@ -221,10 +221,12 @@ class _Remote:
             got = digest_bytes(data) if len(data) == hi - lo else f"{len(data):,} bytes instead of {hi - lo:,}"
             if got == want:
                 return data
-        raise IntegrityError(self.url_of(e.bin_name),
+        err = IntegrityError(self.url_of(e.bin_name),
                              f"cache block {i} of shard {e.name} does not match its checksum after "
                              f"{self.config.mismatch_retries} downloads (got {got}); the remote copy is damaged: "
                              "verify and re-upload it", byte_range=(lo, hi), expected=want, actual=got)
+        err.block = gid  # the dataset's cache block id: a loader with on_corrupt='skip' reads around it
+        raise err
 
     def verify_present(self, gid: int) -> bool:
         """Whether the cached bytes of a PRESENT block still match their digest (never serve a damaged entry)."""

@@ -75,9 +75,9 @@ def _batches(data, shuffle="block", n=None, start=0, **kw):
     return out
 
 
-def _epoch(data, shuffle="block"):
+def _epoch(data, shuffle="block", **kw):
     """One whole epoch (the loader's budget) — every block of the dataset is read."""
-    return _batches(data, shuffle, max_epochs=1)
+    return _batches(data, shuffle, max_epochs=1, **kw)
 
 
 def _same(a, b):
@@ -260,7 +260,9 @@ def test_sigkill_mid_download_leaves_no_entry_that_is_served(faulty_s3, local, t
     assert _verify_present(ds_dir) > 0
 
 
-def test_a_corrupted_cache_entry_is_detected_and_refetched(faulty_s3, local, tmp_path):
+@pytest.mark.parametrize("policy", ["raise", "refetch", "skip"])
+def test_a_corrupted_cache_entry_is_detected_and_refetched(faulty_s3, local, tmp_path, policy):
+    """A damaged cache entry is a damaged copy: whatever on_corrupt says, it is downloaded again."""
     url = _upload(faulty_s3, local)
     cache = tmp_path / "cache"
     with _open(faulty_s3, url, cache) as ds:
@@ -274,7 +276,7 @@ def test_a_corrupted_cache_entry_is_detected_and_refetched(faulty_s3, local, tmp
         f.write(bytes([byte[0] ^ 1]))
     faulty_s3.proxy.clear()
     with _open(faulty_s3, url, cache) as ds:
-        assert _same(_epoch(ds), want)
+        assert _same(_epoch(ds, verify_on_read=True, on_corrupt=policy), want)
         assert ds.stats()["corrupt_refetched"] == 1
     assert _bin_gets(faulty_s3.proxy) == 1  # only the damaged block was downloaded again
 
@@ -307,14 +309,41 @@ def test_access_denied_and_missing_objects_name_url_and_block(faulty_s3, local, 
     assert err.value.not_found and f"{url}/shard-00002.bin" in str(err.value) and "cache block" in str(err.value)
 
 
-def test_a_persistent_checksum_mismatch_is_an_integrity_error(faulty_s3, local, tmp_path):
+@pytest.mark.parametrize("policy", ["raise", "refetch"])
+def test_a_persistent_checksum_mismatch_is_an_integrity_error(faulty_s3, local, tmp_path, policy):
     url = _upload(faulty_s3, local, damage="shard-00001.bin")
     with _open(faulty_s3, url, tmp_path / "cache", mismatch_retries=3) as ds, pytest.raises(IntegrityError) as err:
-        _epoch(ds)
+        _epoch(ds, verify_on_read=True, on_corrupt=policy)
     e = err.value
     assert e.shard == f"{url}/shard-00001.bin" and e.byte_range is not None and "cache block" in str(e)
     assert "after 3 downloads" in str(e)
     assert faulty_s3.proxy.count(method="GET", path=r"shard-00001\.bin") >= 3
+
+
+def test_skip_reads_around_a_damaged_remote_block_exactly_as_around_a_damaged_local_one(faulty_s3, local,
+                                                                                         tmp_path):
+    """on_corrupt='skip' on the S3 server's damaged object: the same rows replaced by the same reserve rows
+    as a local copy with the same flipped byte, every batch kept whole, each replacement reported."""
+    url = _upload(faulty_s3, local, damage="shard-00001.bin")
+    damaged = tmp_path / "local-damaged"
+    damaged.mkdir()
+    for f in local.iterdir():
+        body = bytearray(f.read_bytes())
+        if f.name == "shard-00001.bin":
+            body[len(body) // 2] ^= 0x10
+        (damaged / f.name).write_bytes(bytes(body))
+    clean = _epoch(local)
+    local_loader = Loader(damaged, shuffle="block", max_epochs=1, verify_on_read=True, on_corrupt="skip", **STREAM)
+    want = [b["input_ids"].copy() for b in local_loader]
+    with _open(faulty_s3, url, tmp_path / "cache", mismatch_retries=2) as ds:
+        remote_loader = Loader(ds, shuffle="block", max_epochs=1, on_corrupt="skip", **STREAM)
+        got = [b["input_ids"].copy() for b in remote_loader]
+    assert _same(got, want) and len(got) == len(clean)
+    changed = sum(int((a != b).any(axis=1).sum()) for a, b in zip(clean, got))
+    remote, here = remote_loader.metrics.to_json()["integrity"], local_loader.metrics.to_json()["integrity"]
+    assert remote["rows_replaced"] == here["rows_replaced"] == changed > 0
+    assert remote["corrupt_blocks"] == 1 and {(e["shard"], e["block"]) for e in remote["events"]} == \
+        {(e["shard"], e["block"]) for e in here["events"]}
 
 
 def test_a_mixture_of_a_remote_and_a_compressed_source_equals_the_local_mixture(s3, local, tmp_path, monkeypatch):
