@@ -141,7 +141,9 @@ class ReadVerifier:
             return None
         row, block, ds = np.concatenate(rows_l), np.concatenate(blocks_l), np.concatenate(ds_l)
         key = ds * (1 << 40) + block
-        _, first = np.unique(key, return_index=True)  # each block once, at its first reading row
+        by_key = np.lexsort((row, key))  # (block, row) order: a block's first entry is its first reading row
+        _, at = np.unique(key[by_key], return_index=True)
+        first = by_key[at]
         first = first[np.argsort(row[first], kind="stable")]
         pending = _Pending(row[first], ds[first], block[first])
         self.worker.submit(list(zip(pending.ds.tolist(), pending.blocks.tolist())))  # hashed ahead, in this order
