@@ -98,6 +98,8 @@ def _check_index(name: str, value: Any, stop: int | None = None) -> int:
 
 def _pieces(stream: Stream, sample_id: int, mapper: Any) -> list[DocPiece]:
     """The documents window `sample_id` covers, from each shard's mapped `.idx` (binary searches)."""
+    if isinstance(stream.windows, PackedWindows):
+        return _packed_pieces(stream.windows, sample_id, mapper)
     w = stream.windows
     ds: Dataset = w.dataset
     item = ds.dtype.itemsize
@@ -119,6 +121,25 @@ def _pieces(stream: Stream, sample_id: int, mapper: Any) -> list[DocPiece]:
     return out
 
 
+def _packed_pieces(w: PackedWindows, row: int, mapper: Any) -> list[DocPiece]:
+    """The document pieces of packed row `row`, in the row's order (a piece never crosses a document)."""
+    ds: Dataset = w.dataset
+    item = ds.dtype.itemsize
+    _, _, starts, lengths = w.table.pieces(np.array([row], dtype=np.int64))
+    out: list[DocPiece] = []
+    at = 0
+    for a, n in zip(starts.tolist(), lengths.tolist()):
+        s = int(np.searchsorted(w.offsets, a, side="right")) - 1
+        local = a - int(w.offsets[s])
+        doc_starts = np.asarray(mapper.doc_starts(w.gid_base + s)) // item
+        j = int(np.searchsorted(doc_starts, local, side="right")) - 1
+        begin = local - int(doc_starts[j])
+        out.append(DocPiece(doc=int(ds.doc_offsets[s]) + j, shard=ds.shards[s].name, doc_in_shard=j, start=begin,
+                            stop=begin + n, at=at))
+        at += n
+    return out
+
+
 class _Decoders:
     """One tokenizer per dataset, loaded on first use (None, with a note, when it cannot be)."""
 
@@ -137,19 +158,26 @@ class _Decoders:
 
 
 def _row_tokens(stream: Stream, sample_id: int, mapper: Any) -> np.ndarray:
+    """The row's tokens (a packed row's pieces back to back, without its padding)."""
     w = stream.windows
-    g0 = sample_id * w.seq_len
-    parts = [mapper.tokens(w.gid_base + s).tokens[lo:hi] for s, lo, hi in
-             w.token_ranges(np.array([g0]), np.array([g0 + w.width]))]
+    if isinstance(w, PackedWindows):  # a piece lies inside one shard (documents do not cross shards)
+        _, _, starts, lengths = w.table.pieces(np.array([sample_id], dtype=np.int64))
+        shards = np.searchsorted(w.offsets, starts, side="right") - 1
+        local = starts - w.offsets[shards]
+        ranges = list(zip(shards.tolist(), local.tolist(), (local + lengths).tolist()))
+    else:
+        g0 = sample_id * w.seq_len
+        ranges = w.token_ranges(np.array([g0]), np.array([g0 + w.width]))
+    parts = [mapper.tokens(w.gid_base + s).tokens[lo:hi] for s, lo, hi in ranges]
     return np.concatenate(parts) if parts else np.zeros(0, w.dataset.dtype)
 
 
-def _refuse_packed(plan: Any) -> None:
-    """Explain follows window rows; a packed row (`packing=`) is several document pieces, not yet followed."""
-    packed = sorted({st.name for st in plan.streams.values() if isinstance(st.windows, PackedWindows)})
-    if packed:
-        raise ConfigError(f"explain follows window rows; source(s) {', '.join(packed)} use packed rows "
-                          "(packing=), which it does not follow yet")
+def _first_token(stream: Stream, sample_id: int) -> int:
+    """The row's first token in the source's flat stream (a packed row's: its first piece's)."""
+    w = stream.windows
+    if isinstance(w, PackedWindows):
+        return int(w.table.start[w.table.row_ptr[sample_id]])
+    return sample_id * w.seq_len
 
 
 def explain(loader: Any, step: int, rank: int | None = None, row: int | None = None, *, micro: int | None = None,
@@ -164,7 +192,6 @@ def explain(loader: Any, step: int, rank: int | None = None, row: int | None = N
     """
     engine = loader.engine
     plan = engine.plan
-    _refuse_packed(plan)
     step = _check_index("step", step)
     if step < plan.cursor.anchor:
         raise ConfigError(f"step {step} comes before step {plan.cursor.anchor}, where this loader took over the run "
@@ -205,7 +232,7 @@ def explain(loader: Any, step: int, rank: int | None = None, row: int | None = N
         out.append(RowProvenance(step=step, rank=r, micro=k, row=i, global_row=wanted[n], source=stream.name,
                                  phase=phase.name, seq_len=phase.seq_len, sample_id=sid, epoch=int(rows.epochs[n]),
                                  position=int(rows.within[n]), shard=ds.shards[shard_index].name,
-                                 shard_token=int(rows.local[n]), token_start=sid * phase.seq_len,
+                                 shard_token=int(rows.local[n]), token_start=_first_token(stream, sid),
                                  docs=_pieces(stream, sid, engine.mapper), preview=preview))
     skip = _skip_of(loader, step)
     return Explanation(step=step, world_size=w, micro_batch_size=m, global_batch_size=size, phase=phase.name,
@@ -249,7 +276,6 @@ def document_steps(loader: Any, doc: int, *, source: str | None = None, epoch: i
     """
     engine = loader.engine
     plan = engine.plan
-    _refuse_packed(plan)
     if source is None:
         if len(plan.names) != 1:
             raise ConfigError(f"source is required: the recipe has sources {', '.join(plan.names)}")
@@ -273,15 +299,13 @@ def document_steps(loader: Any, doc: int, *, source: str | None = None, epoch: i
             continue
         stream = plan.streams[(j, phase.seq_len)]
         L = phase.seq_len
-        first_id = max(0, -(-(d0 - L) // L)) if d1 > d0 else 0
-        last_id = min(stream.num_samples - 1, (d1 - 1) // L)
-        if d1 <= d0 or last_id < first_id:
+        sids, tok_lo, tok_hi = _rows_holding(stream, d0, d1)
+        if not sids.size:
             continue
-        sids = np.arange(first_id, last_id + 1, dtype=np.int64)
         pos = stream.order.positions_of(epoch, sids) + epoch * stream.num_samples
         if stream.limit is not None:
             keep = pos < stream.limit
-            sids, pos = sids[keep], pos[keep]
+            sids, pos, tok_lo, tok_hi = sids[keep], pos[keep], tok_lo[keep], tok_hi[keep]
         lo_b = max(bounds.first_batch, plan.cursor.anchor)
         hi_b = min(bounds.first_batch + bounds.num_batches, plan.end)
         if lo_b >= hi_b:
@@ -291,7 +315,7 @@ def document_steps(loader: Any, doc: int, *, source: str | None = None, epoch: i
         def before(b: int, base: int = base) -> int:  # stream position of source j at the start of batch b
             return base + int(plan.cursor.samples_before(b)[j] - plan.cursor.offset_samples[j])
 
-        for sid, ps in zip(sids.tolist(), pos.tolist()):
+        for sid, ps, a_tok, z_tok in zip(sids.tolist(), pos.tolist(), tok_lo.tolist(), tok_hi.tolist()):
             if not before(lo_b) <= ps < before(hi_b):
                 continue
             a, z = lo_b, hi_b - 1  # the last batch b with before(b) <= ps
@@ -309,9 +333,28 @@ def document_steps(loader: Any, doc: int, *, source: str | None = None, epoch: i
             g = int(hit[0])
             per = rows.size // w
             span = m or per
-            a_tok, z_tok = max(d0, sid * L), min(d1, sid * L + L + 1)
             found.append(DocumentSighting(step=step, rank=g // per, micro=(g % per) // span, row=(g % per) % span,
                                           global_row=g, phase=phase.name, seq_len=L, sample_id=sid, epoch=epoch,
                                           position=ps - epoch * stream.num_samples, start=a_tok - d0,
                                           stop=z_tok - d0, skipped=_skip_of(loader, step) is not None))
     return sorted(found, key=lambda f: (f.step, f.global_row))
+
+
+def _rows_holding(stream: Stream, d0: int, d1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sample ids holding any token of flat-stream tokens [d0, d1) — a document —, the first and end
+    flat-stream token of the document each holds). Windows: arithmetic. Packed rows: the document's pieces start at
+    d0 + k·seq_len (`packing.split_pieces`), looked up in the table (one pass over its piece starts)."""
+    L = stream.seq_len
+    if d1 <= d0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    w = stream.windows
+    if isinstance(w, PackedWindows):
+        t = w.table
+        starts = d0 + L * np.arange(max(1, -(-(d1 - d0 - 1) // L)), dtype=np.int64)
+        pieces = np.flatnonzero(np.isin(t.start, starts))
+        rows = np.searchsorted(t.row_ptr, pieces, side="right") - 1
+        return rows.astype(np.int64), t.start[pieces], t.start[pieces] + t.length[pieces]
+    first_id = max(0, -(-(d0 - L) // L))
+    last_id = min(stream.num_samples - 1, (d1 - 1) // L)
+    sids = np.arange(first_id, last_id + 1, dtype=np.int64)
+    return sids, np.maximum(d0, sids * L), np.minimum(d1, sids * L + L + 1)

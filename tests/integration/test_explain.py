@@ -126,14 +126,53 @@ def test_explain_bad_arguments_are_clear(data):
         document_steps(loader, 10000, source="math")
 
 
-def test_explain_refuses_packed_rows_by_name(tmp_path):
-    """Packed rows are document pieces: explain does not follow them yet, and says so instead of guessing."""
-    rng = np.random.default_rng(0)
-    ds = tmp_path / "ds"
-    write_dataset(ds, (rng.integers(0, 100, size=int(n), dtype=np.uint16) for n in rng.integers(5, 60, size=300)))
-    loader = Loader(ds, seq_len=32, batch_schedule=4, seed=0, packing="best_fit",
-                    packing_cache_dir=tmp_path / "pk")
-    with pytest.raises(ConfigError, match="source\\(s\\) data use packed rows"):
-        explain(loader, 0)
-    with pytest.raises(ConfigError, match="packed rows"):
-        document_steps(loader, 0)
+@pytest.mark.parametrize("world", [1, 2])
+def test_explain_follows_packed_rows_and_their_documents(tmp_path, world):
+    """A packed row is document pieces back to back, then padding: explain names each piece, the pieces
+    rebuild exactly what the loader delivered, and the inverse finds the row among the document's steps."""
+    rng = np.random.default_rng(world)
+    ds_dir = tmp_path / "ds"
+    write_dataset(ds_dir, (rng.integers(1, 100, size=int(n), dtype=np.uint16) for n in rng.integers(5, 90, size=300)))
+    for rank in range(world):
+        loader = Loader(ds_dir, seq_len=32, batch_schedule=4, seed=0, packing="best_fit", max_epochs=1,
+                        packing_cache_dir=tmp_path / "pk", readahead=False, rank=rank, world_size=world)
+        datasets = {"data": loader.dataset}
+        items = list(loader)
+        for item in items[:: max(1, len(items) // 12)]:
+            b = item["batch_index"]
+            got = explain(loader, b, rank, decode=False)
+            tokens = np.concatenate([item["input_ids"], item["labels"][:, -1:]], axis=1)
+            for i, row in enumerate(got.rows):
+                used = _tokens_of(row, datasets)
+                np.testing.assert_array_equal(used, tokens[i, :used.size])
+                assert not tokens[i, used.size:].any()  # the rest is padding
+                assert row.token_start == loader.dataset.token_offsets[0] + sum(
+                    s.num_tokens for s in loader.dataset.shards[:[x.name for x in loader.dataset.shards]
+                                                               .index(row.shard)]) + row.shard_token
+                for p in row.docs:
+                    seen = document_steps(loader, p.doc)
+                    assert any(s.step == b and s.global_row == row.global_row and (s.start, s.stop) ==
+                               (p.start, p.stop) for s in seen), (b, row, seen)
+
+
+def test_document_steps_of_packed_rows_covers_every_piece_once_per_epoch(tmp_path):
+    rng = np.random.default_rng(7)
+    ds_dir = tmp_path / "ds"
+    write_dataset(ds_dir, (rng.integers(1, 100, size=int(n), dtype=np.uint16) for n in rng.integers(5, 120, size=200)))
+    loader = Loader(ds_dir, seq_len=32, batch_schedule=4, seed=2, packing="first_fit", max_epochs=1,
+                    packing_cache_dir=tmp_path / "pk", readahead=False)
+    seen_by_doc: dict[int, list] = {}
+    delivered = 0
+    for item in loader:
+        rows = np.concatenate([item["input_ids"], item["labels"][:, -1:]], axis=1)
+        delivered += int(np.count_nonzero(rows))  # document tokens are 1…99: zeros are padding
+        for row in explain(loader, item["batch_index"], 0, decode=False).rows:
+            for p in row.docs:
+                seen_by_doc.setdefault(p.doc, []).append((item["batch_index"], p.start, p.stop))
+    total = 0
+    for doc in range(loader.dataset.num_docs):
+        got = sorted((s.step, s.start, s.stop) for s in document_steps(loader, doc))
+        assert got == sorted(seen_by_doc.get(doc, []))
+        assert len({(a, z) for _, a, z in got}) == len(got)  # each piece of the document once in the epoch
+        total += sum(z - a for _, a, z in got)
+    assert total == delivered > 0
