@@ -26,7 +26,7 @@ from .balance import Balancer
 from .config import Placement, ReadOptions, check_divisible
 from .fields import BatchFields, DocStarts, assemble
 from .gather import Gather
-from .identity import row_identity
+from .identity import packed_identity, row_identity
 from .mapper import Mapper
 from .metrics import LoaderMetrics
 from .packed_rows import PackedReader, is_packed
@@ -309,6 +309,8 @@ class Engine:
                 out = {"tokens": tokens} if tokens_only else {"input_ids": tokens[:, :-1], "labels": tokens[:, 1:]}
             elif packed:
                 out = self.packed.fields(rows, a, z, tokens, p.seq_len, fields)
+                if fields.row_identity:  # per piece: a packed row holds several documents
+                    out.update(packed_identity(rows, a, z, self.mapper))
             else:
                 out = self._fields(rows, a, z, tokens, p.seq_len, fields)
             if label:

@@ -70,3 +70,30 @@ def test_row_identity_through_dataloader_workers(data):
         assert torch.equal(torch.as_tensor(d0), torch.as_tensor(d1))
         assert torch.equal(torch.as_tensor(o0), torch.as_tensor(o1))
     _check(next(iter(Loader(data / "code", **kw))), {"data": plain.dataset}, ("data",))
+
+
+def test_packed_rows_carry_identity_per_segment(data, tmp_path):
+    """A packed row holds several documents: one identity entry per piece, matching the delivered tokens,
+    the segments of cu_seqlens, and explain's pieces — in a two-source recipe with best-fit packing."""
+    recipe = {"seed": 4, "seq_len": SEQ, "sources": {n: {"path": n} for n in ("web", "math")},
+              "phases": [{"name": "a", "tokens": 4000, "batch": 4, "packing": "best_fit",
+                          "mix": {"web": 0.5, "math": 0.5}}]}
+    loader = MixtureLoader(recipe, base_dir=data, fields=["row_identity"], packing_cache_dir=tmp_path / "pk",
+                           readahead=False)
+    names = loader.engine.plan.names
+    datasets = {n: loader.engine.plan.sources[n].dataset for n in names}
+    for item in itertools.islice(loader, 12):
+        tokens = np.concatenate([item["input_ids"], item["labels"][:, -1:]], axis=1)
+        rows, slots, lengths = item["segment_row"], item["segment_slot"], item["segment_length"]
+        assert rows.size == item["doc_id"].size == item["source_id"].size == item["token_offset"].size
+        expl = explain(loader, item["batch_index"], 0, decode=False).rows
+        assert rows.size == sum(len(r.docs) for r in expl)
+        k = 0
+        for i, row in enumerate(expl):
+            for p in row.docs:
+                assert (rows[k], slots[k], lengths[k]) == (i, p.at, p.stop - p.start)
+                assert (names[item["source_id"][k]], item["doc_id"][k], item["token_offset"][k]) == \
+                    (row.source, p.doc, p.start)
+                doc = np.asarray(datasets[row.source].doc(p.doc))
+                np.testing.assert_array_equal(tokens[i, p.at:p.at + lengths[k]], doc[p.start:p.stop])
+                k += 1
