@@ -13,6 +13,7 @@ import warnings
 import click
 from click.core import ParameterSource
 
+from shardkit.engine.accounting_plot import write_accounting_plot
 from shardkit.engine.packing_report import packing_report
 from shardkit.loader import Loader, MixtureLoader
 from shardkit.mixture import RecipeWarning
@@ -79,11 +80,14 @@ def _ramp(ctx, param, value):
 @storage_option_flag
 @skip_option
 @verify_options
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="Write a PNG of the accounting over the steps streamed: tokens per source delivered vs the "
+                   "recipe, and the error (needs matplotlib: the 'plot' extra).")
 @json_option
 @click.pass_context
 def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, shuffle, steps, start_step, rank,
                world_size, workers, max_epochs, cache_dir, cache_limit, packing, packing_cache_dir, balance_ranks,
-               storage_options, skip, verify_on_read, on_corrupt, as_json):
+               storage_options, skip, verify_on_read, on_corrupt, plot, as_json):
     """Run the loader on DATASET (or a --recipe mixture) without a trainer; print tokens/s and a digest.
 
     DATASET is a dataset directory or a remote URL (s3://, gs://, az://, ...) streamed through a bounded
@@ -91,6 +95,8 @@ def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, sh
     """
     if (dataset is None) == (recipe is None):
         raise click.UsageError("give either a DATASET directory or URL, or --recipe FILE (not both)")
+    if plot is not None and not plot.lower().endswith(".png"):
+        raise click.UsageError(f"--plot {plot}: write a .png file")
     remote = dataset is not None and check_dataset_arg(dataset, cache_dir, cache_limit, storage_options)
     if recipe is not None:
         given = [n for n in _LOADER_ONLY if ctx.get_parameter_source(n) is ParameterSource.COMMANDLINE]
@@ -101,7 +107,7 @@ def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, sh
                        world_size=world_size, workers=workers, as_json=as_json, cache_dir=cache_dir,
                        cache_limit=cache_limit, storage_options=storage_options,
                        packing_cache_dir=packing_cache_dir, balance_ranks=balance_ranks, skip=skip,
-                       verify_on_read=verify_on_read, on_corrupt=on_corrupt)
+                       verify_on_read=verify_on_read, on_corrupt=on_corrupt, plot=plot)
         return
     if strict:
         raise click.UsageError("--strict applies to --recipe only")
@@ -117,6 +123,9 @@ def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, sh
     report = _run(loader, steps, workers, as_json)
     out = {"dataset": dataset, **_common(report, rank, world_size, workers),
            "state_after": loader.state_at(report.last_batch + 1) if report.batches else None}
+    if plot is not None:
+        write_accounting_plot(loader, report.last_batch + 1 if report.batches else loader.step, plot)
+        out["plot"] = plot
     if packed is not None:
         out["packing"] = packed
     if remote:
@@ -179,7 +188,7 @@ def packing_lines(p: dict) -> str:
 
 def _stream_recipe(recipe, *, strict, steps, start_step, rank, world_size, workers, as_json, cache_dir=None,
                    cache_limit=None, storage_options=None, packing_cache_dir=None, balance_ranks=False,
-                   skip=(), verify_on_read=False, on_corrupt="raise") -> None:
+                   skip=(), verify_on_read=False, on_corrupt="raise", plot=None) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RecipeWarning)
         loader = MixtureLoader(recipe, strict=strict, rank=rank, world_size=world_size, cache_dir=cache_dir,
@@ -196,6 +205,9 @@ def _stream_recipe(recipe, *, strict, steps, start_step, rank, world_size, worke
     out = {"recipe": recipe, "fingerprint": loader.fingerprint, **_common(report, rank, world_size, workers),
            "mixture": mixture, "ended": ended, "end_reason": loader.end_reason if ended else None,
            "warnings": notes, "state_after": loader.state_at(position), "accounting": loader.accounting(position)}
+    if plot is not None:
+        write_accounting_plot(loader, position, plot)
+        out["plot"] = plot
     if as_json:
         click.echo(json.dumps(out, indent=2))
         return
@@ -213,6 +225,8 @@ def _stream_recipe(recipe, *, strict, steps, start_step, rank, world_size, worke
     click.echo(_table(mixture))
     click.echo("  accounting (all ranks) against the recipe:")
     click.echo(accounting_table(out["accounting"]))
+    if plot is not None:
+        click.echo(f"  accounting plot: {plot}")
     click.echo(f"  reads: {mixture['bytes_copied'] / 2**20:.1f} MiB copied, {mixture['groups_entered']} groups "
                f"entered, {mixture['bytes_prefetched'] / 2**20:.0f} MiB hinted ahead")
     _echo_integrity(report.metrics, workers)
