@@ -267,10 +267,10 @@ class Engine:
         next_enter = 0
         enter_item = enter_at[0][0]
         prepared = None if packed else self.gather.chunk(rows, slab_bounds, width)
-        # the chunk's blocks not verified yet: hashed ahead on the verifier's thread, through the mappings just held
-        def where(row: int) -> tuple[int, int]:
+        def where(row: int) -> tuple[int, int]:  # (batch, micro) of a chunk row: where a replacement is reported
             i = int(np.searchsorted(bounds, row, side="right")) - 1
             return int(batches[i]), int(micros[i])
+        # the chunk's blocks not verified yet: hashed ahead on the verifier's thread, through the mappings just held
         check = verifier.start_chunk(rows, where) if verifier is not None else None
         next_slab_of = prepared.slab if prepared is not None else (lambda a, z: self.gather.slab(rows, a, z, width))
         if packed:

@@ -41,11 +41,10 @@ from ..remote.blocks import BlockMap
 from .mapper import Mapper
 from .packed_rows import PackedWindows
 from .plan import Rows, Stream
-from .verify_worker import GOOD, LocalBlocks, VerifyWorker, stop_worker
+from .verify_worker import DAMAGED, GOOD, LocalBlocks, VerifyWorker, stop_worker
 
 __all__ = ["CorruptPolicy", "ReadVerifier", "REFETCH_ATTEMPTS", "RESERVE_TRIES"]
 
-_DAMAGED = 5  # a block's state once declared damaged (after the policy's re-reads)
 REFETCH_ATTEMPTS = 3  # reads of a failing block under "refetch" (the first included)
 RESERVE_TRIES = 16  # candidate replacements of one row under "skip" before giving up
 _EVENTS_KEPT = 1024  # the most recent corruption events kept for the metrics (the counters are exact)
@@ -74,6 +73,7 @@ class ReadVerifier:
         self.mapper = mapper
         self.policy = policy
         self.rank = rank
+        self.local = local
         self._blocks: dict[int, LocalBlocks] = {}  # dataset index → its blocks (local datasets, when `local`)
         if local:
             for d, ds in enumerate(datasets):
@@ -93,7 +93,7 @@ class ReadVerifier:
 
     def to_json(self) -> dict[str, Any]:
         blocks, nbytes = self.worker.hashed
-        return {"policy": self.policy.value, "verify_on_read": bool(self._blocks), "blocks_verified": blocks,
+        return {"policy": self.policy.value, "verify_on_read": self.local, "blocks_verified": blocks,
                 "bytes_verified": nbytes, **self.counts, "events": list(self.events)}
 
     def close(self) -> None:
@@ -169,7 +169,7 @@ class ReadVerifier:
         state = self.worker.wait(d, g)
         if state == GOOD:
             return True
-        if b.state[g] == _DAMAGED:
+        if b.state[g] == DAMAGED:
             return False
         check, attempts = None, 1
         if self.policy is not CorruptPolicy.RAISE:  # read it again from the device before giving up on it
@@ -188,7 +188,7 @@ class ReadVerifier:
             if check.ok:  # the block changed since the worker read it (rewritten in place): take the new bytes
                 b.state[g] = GOOD
                 return True
-        b.state[g] = _DAMAGED
+        b.state[g] = DAMAGED
         self.counts["corrupt_blocks"] += 1
         shard = b.dataset.shards[check.shard]
         if self.policy is not CorruptPolicy.SKIP:

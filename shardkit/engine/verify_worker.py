@@ -29,10 +29,11 @@ from ..remote.blocks import BlockMap
 from .mapper import Mapper
 from .readahead import _POPULATE_READ, _advise_range
 
-__all__ = ["BlockCheck", "LocalBlocks", "VerifyWorker", "UNKNOWN", "QUEUED", "GOOD", "FAILED", "ERROR"]
+__all__ = ["BlockCheck", "LocalBlocks", "VerifyWorker", "UNKNOWN", "QUEUED", "GOOD", "FAILED", "ERROR", "DAMAGED"]
 
-# a block's state for this loader (one byte per 16 MiB block: 1.4 MB for the 12 T-token yardstick corpus)
-UNKNOWN, QUEUED, GOOD, FAILED, ERROR = 0, 1, 2, 3, 4
+# a block's state for this loader (one byte per 16 MiB block: 1.4 MB for the 12 T-token yardstick corpus):
+# FAILED — hashed by the thread, did not match (the loader applies on_corrupt); DAMAGED — declared so after it
+UNKNOWN, QUEUED, GOOD, FAILED, ERROR, DAMAGED = 0, 1, 2, 3, 4, 5
 _SUMS_KEPT = 64  # sidecars kept parsed (one per shard; a 1 GiB shard's is ~6 KB)
 
 
