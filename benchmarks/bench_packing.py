@@ -10,13 +10,19 @@ appended):
 Printed, at seq_len 2,048 and 8,192:
   * padding fraction and documents split for window / first_fit / best_fit   (goal: best-fit ≤ 1 % at 2,048)
   * plan build time per million documents (lengths resampled from the gutenberg paragraphs)
-  * stream throughput, batch 8: best-fit rows ÷ windows with the same fields (position_ids, cu_seqlens,
-    loss_mask) and ÷ plain windows                                            (goal ≥ 0.8×)
+  * stream throughput, batch 8: best-fit rows ÷ plain windows and ÷ windows with the same fields
+    (position_ids, cu_seqlens, loss_mask), ÷ two gather floors of the same rows with no loader (np.take
+    with a prebuilt index; and that plus the fields' bytes), and all of them ending in int64 torch
+    tensors                                                                    (goal ≥ 0.8×)
   * resume latency: load_state_dict + first batch at step 10⁶ and 10³           (goal ≤ 50 ms, flat)
   * per-rank Σ len² max/mean over 256 global batches of 64 at world size 8, without and with
     balance_ranks, gutenberg and long-mix                                      (goal ≤ 1.05 with)
+    and for gutenberg 8,192: other seeds, global batches of 256 / 1024 over 8 / 64 ranks, and a
+    cost-aware best-fit variant (padding and balance)
+  * read amplification of an epoch, windows vs best-fit rows, page cache = 25 % of a 1 GB synthetic
+    dataset in a memory cgroup (skipped with --skip-reads)
 
-    python benchmarks/bench_packing.py [--seconds 3] [--json out.json]
+    python benchmarks/bench_packing.py [--seconds 3] [--json out.json] [--skip-reads]
 """
 
 from __future__ import annotations
