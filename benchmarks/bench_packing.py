@@ -10,13 +10,19 @@ appended):
 Printed, at seq_len 2,048 and 8,192:
   * padding fraction and documents split for window / first_fit / best_fit   (goal: best-fit ≤ 1 % at 2,048)
   * plan build time per million documents (lengths resampled from the gutenberg paragraphs)
-  * stream throughput, batch 8: best-fit rows ÷ windows with the same fields (position_ids, cu_seqlens,
-    loss_mask) and ÷ plain windows                                            (goal ≥ 0.8×)
+  * stream throughput, batch 8: best-fit rows ÷ plain windows and ÷ windows with the same fields
+    (position_ids, cu_seqlens, loss_mask), ÷ two gather floors of the same rows with no loader (np.take
+    with a prebuilt index; and that plus the fields' bytes), and all of them ending in int64 torch
+    tensors                                                                    (goal ≥ 0.8×)
   * resume latency: load_state_dict + first batch at step 10⁶ and 10³           (goal ≤ 50 ms, flat)
   * per-rank Σ len² max/mean over 256 global batches of 64 at world size 8, without and with
     balance_ranks, gutenberg and long-mix                                      (goal ≤ 1.05 with)
+    and for gutenberg 8,192: other seeds, global batches of 256 / 1024 over 8 / 64 ranks, and a
+    cost-aware best-fit variant (padding and balance)
+  * read amplification of an epoch, windows vs best-fit rows, page cache = 25 % of a 1 GB synthetic
+    dataset in a memory cgroup (skipped with --skip-reads)
 
-    python benchmarks/bench_packing.py [--seconds 3] [--json out.json]
+    python benchmarks/bench_packing.py [--seconds 3] [--json out.json] [--skip-reads]
 """
 
 from __future__ import annotations
@@ -38,12 +44,26 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
 
-from shardkit.engine.pack_table import document_spans  # noqa: E402
-from shardkit.engine.packing import PackSpec, build_table  # noqa: E402
+from synthetic import token_dataset  # noqa: E402
+
+from shardkit.engine.core import SLAB_BYTES  # noqa: E402
+from shardkit.engine.fields import BatchFields  # noqa: E402
+from shardkit.engine.pack_table import cached_table, document_spans  # noqa: E402
+from shardkit.engine.packed_fields import packed_fields, segment_starts  # noqa: E402
+from shardkit.engine.packing import PackSpec, build_table, concat_ranges, split_pieces  # noqa: E402
 from shardkit.engine.packing_report import rank_balance  # noqa: E402
 from shardkit.format import open_dataset  # noqa: E402
 from shardkit.loader import Loader  # noqa: E402
+from shardkit.planner.measure import measure_node  # noqa: E402
+
+try:  # the trainer-side figures need torch; the rest of the benchmark does not
+    import torch
+
+    from shardkit.adapters.torch_dataset import to_torch
+except ImportError:
+    torch = None
 
 SHARED = ROOT.parent / "shared" / "data"
 DATA = ROOT / "bench-data" / "packing"
@@ -129,7 +149,9 @@ def build_rate(n_docs: int = 1_000_000) -> list[dict]:
     return out
 
 
-def _tok_s(loader: Loader, seconds: float) -> float:
+def _tok_s(loader: Loader, seconds: float, convert=None) -> float:
+    """Best of three timed stretches of the loader's input tokens per second; `convert` is applied to
+    every batch inside the timing (the trainer's side: numpy → torch)."""
     it = iter(loader)
     for _ in range(20):
         next(it)
@@ -138,22 +160,86 @@ def _tok_s(loader: Loader, seconds: float) -> float:
         n, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < seconds / 3:
             b = next(it)
+            if convert is not None:
+                convert(b)
             n += b["input_ids"].size
         best = max(best, n / (time.perf_counter() - t0))
     return best
 
 
+class GatherFloor:
+    """What any packed reader must do at least, with no loader: the loader's own rows of one epoch, a slab
+    of `SLAB_BYTES` at a time, copied from a fresh mapping of the shard by one `np.take` whose index array
+    (every slot of the slab, pieces back to back) was built before the timing; with `fields`, the slab's
+    position_ids and loss_mask (precomputed) copied into their buffers too — the bytes a packed batch holds,
+    moved once, nothing computed."""
+
+    def __init__(self, path: Path, cache: Path, seq_len: int, batch: int) -> None:
+        ds = open_dataset(path)
+        if ds.num_shards != 1:
+            raise SystemExit(f"{path}: the gather floor reads one shard; the dataset has {ds.num_shards}")
+        self.tokens = ds.shards[0].tokens_of(ds.shards[0].map_bin())
+        table = cached_table(ds, PackSpec(strategy="best_fit", seq_len=seq_len), cache)
+        loader = Loader(path, seq_len=seq_len, batch_schedule=batch, seed=1, packing="best_fit",
+                        packing_cache_dir=cache)
+        width = seq_len + 1
+        ids = np.concatenate([loader.global_sample_ids(b) for b in range(table.num_rows // batch)])
+        per = max(batch, (SLAB_BYTES // (width * ds.dtype.itemsize)) // batch * batch)
+        wanted = BatchFields(position_ids=True, cu_seqlens=True, loss_mask=True)
+        self.slabs = []
+        for a in range(0, ids.size - per + 1, per):
+            idx, counts, starts, lengths = table.pieces(ids[a:a + per])
+            slot, used = segment_starts(lengths, counts, width)
+            index = np.zeros(per * width, dtype=np.int64)
+            index[concat_ranges(slot, lengths)] = concat_ranges(starts, lengths)
+            f = packed_fields(lengths, counts, table.first[idx], seq_len, wanted)
+            self.slabs.append((index, np.ascontiguousarray(f["position_ids"]), f["loss_mask"]))
+        self.out = np.empty(per * width, dtype=ds.dtype)
+        self.pos = np.empty_like(self.slabs[0][1])
+        self.mask = np.empty_like(self.slabs[0][2])
+        self.tokens_per_slab = per * seq_len
+
+    def tok_s(self, seconds: float, fields: bool) -> float:
+        best = 0.0
+        for _ in range(3):
+            n, t0 = 0, time.perf_counter()
+            while time.perf_counter() - t0 < seconds / 3:
+                for index, pos, mask in self.slabs:
+                    np.take(self.tokens, index, out=self.out)
+                    if fields:
+                        np.copyto(self.pos, pos)
+                        np.copyto(self.mask, mask)
+                    n += self.tokens_per_slab
+            best = max(best, n / (time.perf_counter() - t0))
+        return best
+
+
+def _torch_convert():
+    """The trainer's side of a batch: `to_torch` with int64 token ids (what an embedding takes; uint16 is
+    not a torch index type). None without torch."""
+    return None if torch is None else (lambda b: to_torch(b, torch.int64))
+
+
 def throughput(cache: Path, seconds: float) -> list[dict]:
     path = corpus("gutenberg")
     out = []
+    convert = _torch_convert()
     for L in SEQS:
         fields = {"position_ids": True, "cu_seqlens": True, "loss_mask": True}
         plain = _tok_s(Loader(path, seq_len=L, batch_schedule=8, seed=1), seconds)
         doc = _tok_s(Loader(path, seq_len=L, batch_schedule=8, seed=1, fields=fields), seconds)
-        best = _tok_s(Loader(path, seq_len=L, batch_schedule=8, seed=1, packing="best_fit", packing_cache_dir=cache),
-                      seconds)
-        out.append({"seq_len": L, "windows_tok_s": plain, "windows_fields_tok_s": doc, "best_fit_tok_s": best,
-                    "ratio_vs_windows_fields": best / doc, "ratio_vs_windows": best / plain})
+        packed = Loader(path, seq_len=L, batch_schedule=8, seed=1, packing="best_fit", packing_cache_dir=cache)
+        best = _tok_s(packed, seconds)
+        floor = GatherFloor(path, cache, L, 8)
+        r = {"seq_len": L, "windows_tok_s": plain, "windows_fields_tok_s": doc, "best_fit_tok_s": best,
+             "floor_take_tok_s": floor.tok_s(seconds, fields=False),
+             "floor_take_fields_tok_s": floor.tok_s(seconds, fields=True)}
+        if convert is not None:
+            r["torch_windows_tok_s"] = _tok_s(Loader(path, seq_len=L, batch_schedule=8, seed=1), seconds, convert)
+            r["torch_windows_fields_tok_s"] = _tok_s(Loader(path, seq_len=L, batch_schedule=8, seed=1, fields=fields),
+                                                     seconds, convert)
+            r["torch_best_fit_tok_s"] = _tok_s(packed, seconds, convert)
+        out.append(r)
     return out
 
 
@@ -187,10 +273,111 @@ def balance(cache: Path) -> list[dict]:
     return out
 
 
+def balance_more(cache: Path) -> dict:
+    """gutenberg 8,192 (the configuration above the goal): the figure for other seeds, at larger global
+    batches, and for a cost-aware variant of best-fit."""
+    path = corpus("gutenberg")
+    seeds = []
+    for seed in (1, 2, 3, 4):
+        loader = Loader(path, seq_len=8192, batch_schedule=64, seed=seed, packing="best_fit", packing_cache_dir=cache)
+        seeds.append({"seed": seed, **rank_balance(loader._packed_table, [loader.global_sample_ids(b)
+                                                                          for b in range(256)], 8)})
+    larger = []
+    for batch, world in ((256, 8), (256, 64), (1024, 8), (1024, 64)):
+        loader = Loader(path, seq_len=8192, batch_schedule=batch, seed=1, packing="best_fit", packing_cache_dir=cache)
+        larger.append({"batch": batch, **rank_balance(loader._packed_table, [loader.global_sample_ids(b)
+                                                                             for b in range(64)], world)})
+    return {"seeds": seeds, "larger": larger, "cost_aware": cost_aware(path, 8192)}
+
+
+def _cost_aware_rows(sizes: list[int], width: int, medium: int) -> np.ndarray:
+    """Σ len² per row of best-fit decreasing where pieces of at least `medium` tokens go to the fitting row of
+    least Σ len² instead of least room (spreading medium documents over the rows of long ones)."""
+    room = np.zeros(max(1, len(sizes)), np.int64)
+    cost = np.zeros(max(1, len(sizes)))
+    n = 0
+    for i in np.argsort(-np.asarray(sizes), kind="stable").tolist():
+        size = sizes[i]
+        fit = np.flatnonzero(room[:n] >= size)
+        if fit.size:
+            r = int(fit[np.argmin(cost[fit])] if size >= medium else fit[np.argmin(room[fit])])
+        else:
+            r, n = n, n + 1
+            room[r] = width
+        room[r] -= size
+        cost[r] += float(size) ** 2
+    return cost[:n]
+
+
+def cost_aware(path: Path, seq_len: int, batch: int = 64, world: int = 8, batches: int = 256) -> list[dict]:
+    """Padding and Σ len² balance of best-fit vs the cost-aware variant, rows drawn in a seeded random order
+    (a stand-in for the shuffle, the same for every variant)."""
+    starts, lengths = document_spans(open_dataset(path))
+    spec = PackSpec(strategy="best_fit", seq_len=seq_len)
+    pstart, plen, _, doc = split_pieces(starts, lengths, seq_len)
+    group = starts[doc] // spec.group_tokens
+    out = []
+    for medium in (None, 2048, 512, 256):
+        if medium is None:
+            table = build_table(starts, lengths, spec)
+            costs, rows = table.cost(np.arange(table.num_rows)), table.num_rows
+        else:
+            parts = []
+            for g in np.unique(group).tolist():
+                sizes = plen[group == g]
+                parts.append(np.full(int((sizes == spec.width).sum()), float(spec.width) ** 2))
+                parts.append(_cost_aware_rows(sizes[sizes < spec.width].tolist(), spec.width, medium))
+            costs = np.concatenate(parts)
+            rows = costs.size
+        rng = np.random.default_rng(0)
+        order = np.concatenate([rng.permutation(rows) for _ in range(batches * batch // rows + 1)])
+        ids = [order[b * batch:(b + 1) * batch] for b in range(batches)]
+        bal = rank_balance(_Costs(costs), ids, world)
+        out.append({"medium": medium, "rows": rows, "padding": 1 - int(plen.sum()) / (rows * spec.width), **bal})
+    return out
+
+
+class _Costs:
+    """Row costs in the shape `rank_balance` reads (`cost(rows)`)."""
+
+    def __init__(self, costs: np.ndarray) -> None:
+        self.costs = costs
+
+    def cost(self, rows: np.ndarray) -> np.ndarray:
+        return self.costs[rows]
+
+
+def read_amplification(cache: Path, cache_fraction: float = 0.25) -> list[dict]:
+    """Storage bytes read in the second epoch ÷ the dataset's bytes, windows vs packed rows, one loader in a
+    fresh process whose page cache (a memory cgroup) holds `cache_fraction` of the 1 GB synthetic dataset
+    of `bench_stream.py` (documents of 100–4,000 tokens): the configuration bench_stream measures (seq_len
+    2,048, batch 64, block shuffle of 2 blocks per group)."""
+    path = token_dataset(ROOT / "bench-data" / "stream-1GB", 500_000_000, seed=1234)
+    ds = open_dataset(path)
+    data_bytes = sum(s.bin_path.stat().st_size for s in ds.shards)
+    out = []
+    for packing in ("window", "best_fit"):
+        options = {"seq_len": 2048, "batch_schedule": 64, "seed": 1, "group_blocks": 2}
+        if packing == "window":
+            rows = ds.num_tokens // 2048
+        else:
+            options |= {"packing": packing, "packing_cache_dir": str(cache)}
+            rows = cached_table(ds, PackSpec(strategy=packing, seq_len=2048), cache).num_rows
+        epoch = rows // 64
+        t0 = time.perf_counter()
+        got = measure_node(path, world_size=1, ranks=[0], warm_steps=epoch, steps=epoch,
+                           memory_limit=int(data_bytes * cache_fraction), loader_options=options, timeout=3600)
+        out.append({"packing": packing, "read_bytes": got["read_bytes"], "data_bytes": data_bytes,
+                    "amplification": got["read_bytes"] / data_bytes, "limited": got["limited"],
+                    "evicted": got["evicted"], "rows": got["rows"], "seconds": time.perf_counter() - t0})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=3.0, help="per throughput figure")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--skip-reads", action="store_true", help="no read amplification (1 GB dataset, minutes)")
     args = ap.parse_args()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     print(f"bench_packing  {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  commit {commit}  "
@@ -210,11 +397,22 @@ def main() -> None:
     for r in rate:
         print(f"  seq_len {r['seq_len']:>5,} {r['strategy']:<9} {r['s_per_million_docs']:6.2f} s")
     results["throughput"] = tp = throughput(cache, args.seconds)
-    print("\nstream throughput, batch 8, gutenberg (best of 3)")
+    print("\nstream throughput, batch 8, gutenberg (best of 3), M tok/s")
     for r in tp:
-        print(f"  seq_len {r['seq_len']:>5,}: windows {r['windows_tok_s'] / 1e6:8.1f} M tok/s, windows+fields "
-              f"{r['windows_fields_tok_s'] / 1e6:7.1f} M, best_fit {r['best_fit_tok_s'] / 1e6:7.1f} M  →  "
-              f"{r['ratio_vs_windows_fields']:.2f}× windows+fields, {r['ratio_vs_windows']:.2f}× plain windows")
+        b = r["best_fit_tok_s"]
+        print(f"  seq_len {r['seq_len']:>5,}: best_fit {b / 1e6:7.1f}  windows {r['windows_tok_s'] / 1e6:7.1f}  "
+              f"windows+fields {r['windows_fields_tok_s'] / 1e6:7.1f}  floor take {r['floor_take_tok_s'] / 1e6:7.1f}"
+              f"  floor take+fields {r['floor_take_fields_tok_s'] / 1e6:7.1f}")
+        print(f"    best_fit = {b / r['windows_tok_s']:.2f}× plain windows, {b / r['windows_fields_tok_s']:.2f}× "
+              f"windows+fields, {b / r['floor_take_tok_s']:.2f}× the take floor, "
+              f"{b / r['floor_take_fields_tok_s']:.2f}× the take+fields floor; take floor = "
+              f"{r['floor_take_tok_s'] / r['windows_tok_s']:.2f}× plain windows")
+        if "torch_best_fit_tok_s" in r:
+            tb = r["torch_best_fit_tok_s"]
+            print(f"    to torch (int64 ids): best_fit {tb / 1e6:7.1f}  windows {r['torch_windows_tok_s'] / 1e6:7.1f}  "
+                  f"windows+fields {r['torch_windows_fields_tok_s'] / 1e6:7.1f}  →  "
+                  f"{tb / r['torch_windows_tok_s']:.2f}× windows, {tb / r['torch_windows_fields_tok_s']:.2f}× "
+                  f"windows+fields")
     results["resume"] = rs = resume_latency(cache)
     print("\nresume latency (best_fit, seq_len 2048, batch 64, rank 3 of 8, balanced): load_state_dict + first batch")
     for r in rs:
@@ -227,6 +425,27 @@ def main() -> None:
               f"{r['max_over_mean_worst']:.3f}); balance_ranks {r['balanced_max_over_mean']:.3f} (worst "
               f"{r['balanced_max_over_mean_worst']:.3f}); lower bound {r['lower_bound_mean']:.3f} (worst "
               f"{r['lower_bound_worst']:.3f})")
+    results["balance_more"] = more = balance_more(cache)
+    print("\ngutenberg seq_len 8,192, balance_ranks: per-rank Σ len² max/mean (lower bound) by seed, 256 batches of 64 "
+          "over 8 ranks")
+    print("  " + "  ".join(f"seed {r['seed']}: {r['balanced_max_over_mean']:.3f} ({r['lower_bound_mean']:.3f})"
+                           for r in more["seeds"]))
+    print("  larger global batches (64 batches each): " + "  ".join(
+        f"{r['batch']} rows / {r['world_size']} ranks: {r['max_over_mean']:.3f} → {r['balanced_max_over_mean']:.3f} "
+        f"({r['lower_bound_mean']:.3f})" for r in more["larger"]))
+    print("  cost-aware best-fit (rows in a seeded random order, 256 batches of 64, 8 ranks):")
+    for r in more["cost_aware"]:
+        name = "best_fit" if r["medium"] is None else f"pieces ≥ {r['medium']} to the cheapest row"
+        print(f"    {name:<34} padding {100 * r['padding']:.3f}%  balanced {r['balanced_max_over_mean']:.4f}  "
+              f"lower bound {r['lower_bound_mean']:.4f}")
+    if not args.skip_reads:
+        results["reads"] = rd = read_amplification(cache)
+        print("\nread amplification, 2nd epoch, 1 GB synthetic, page cache (cgroup) = 25 % of it, seq_len 2048, "
+              "batch 64, 2 blocks/group")
+        for r in rd:
+            print(f"  {r['packing']:<9}: {r['amplification']:.3f}× ({r['read_bytes'] / 2**20:,.0f} MiB read of "
+                  f"{r['data_bytes'] / 2**20:,.0f}; cgroup limit applied: {r['limited']}, cache emptied: "
+                  f"{r['evicted']}; {r['seconds']:.0f} s)")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

@@ -30,7 +30,7 @@ from .engine.config import Placement, check_flag, check_optional_positive
 from .engine.facade import ReadConfig, StreamFacade, build_config
 from .engine.pack_table import cached_table
 from .engine.packed_rows import PackedWindows, windows_factory
-from .engine.packing import DEFAULT_GROUP_TOKENS, PackingStrategy, PackSpec, PackTable
+from .engine.packing import PackingStrategy, PackSpec, PackTable
 from .engine.state import SINGLE_SOURCE
 from .engine.windows import Windows
 from .errors import ConfigError
@@ -212,7 +212,8 @@ class Loader(StreamFacade):
         out = {"seq_len": c.seq_len, "seed": c.seed, "shuffle": self.shuffle.to_json(),
                "schedule": self.schedule.to_json(), "budget_samples": self.budget_samples}
         if c.packing is not PackingStrategy.WINDOW:  # windows keep the definition (and fingerprint) they had
-            out["packing"] = {"strategy": c.packing.value, "group_tokens": DEFAULT_GROUP_TOKENS}  # type: ignore[union-attr]
+            spec = PackSpec(strategy=c.packing, seq_len=c.seq_len)  # type: ignore[arg-type]
+            out["packing"] = {"strategy": c.packing.value, "group_tokens": spec.group_tokens}  # type: ignore[union-attr]
         return out
 
     def _dataset_fingerprints(self) -> dict[str, str]:

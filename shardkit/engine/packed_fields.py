@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from .fields import BatchFields
+from .packing import concat_ranges
 
 __all__ = ["block_mask", "packed_fields", "segment_starts"]
 
@@ -48,27 +49,33 @@ def packed_fields(lengths: np.ndarray, counts: np.ndarray, first: np.ndarray, se
     in row order, `counts` per row); `first` marks pieces that begin a document.
 
     Everything is computed from the segment starts (a few per row), never by a scan over every slot: the
-    per-slot work is one `repeat` for the positions and one comparison for the mask."""
+    per-slot work is one fill and one running sum for the positions and one fill for the mask."""
     width, n = seq_len + 1, counts.size
     lengths = np.asarray(lengths, dtype=np.int64)
     slot, used = segment_starts(lengths, counts, width)
     padded = np.flatnonzero(used < width)
     starts = np.sort(np.concatenate([slot, padded * width + used[padded]]))  # every segment, padding too
     r, t = np.divmod(starts, width)
-    # loss where label slot t + 1 holds a token of the same segment as input slot t
-    mask = np.arange(1, width, dtype=np.int64)[None, :] < used[:, None]
+    # loss where label slot t + 1 holds a token of the same segment as input slot t: all of a row's inputs
+    # before its last used slot, less the slots before a segment start
+    mask = np.ones((n, seq_len), dtype=np.float32)
+    tail = np.minimum(np.maximum(used - 1, 0), seq_len)
+    cut = np.flatnonzero(tail < seq_len)
+    mask.reshape(-1)[concat_ranges(cut * seq_len + tail[cut], seq_len - tail[cut])] = 0
     inner = t > 0
-    mask[r[inner], t[inner] - 1] = False  # the label starts another segment
+    mask[r[inner], t[inner] - 1] = 0  # the label starts another segment
     if not fields.mask_doc_boundary:  # keep "end of a document → first token of the next one"
         doc_start = slot[np.asarray(first, dtype=bool) & (slot % width > 0)]
         dr, dt = np.divmod(doc_start, width)
-        mask[dr, dt - 1] = True
-    out: dict[str, Any] = {"loss_mask": mask.astype(np.float32)}
+        mask[dr, dt - 1] = 1
+    out: dict[str, Any] = {"loss_mask": mask}
     if fields.position_ids:
+        # a running count of ones, set back to 0 at every segment start
         seg_len = np.diff(np.append(starts, n * width))
-        pos = np.arange(n * width, dtype=np.int64)
-        pos -= np.repeat(starts, seg_len)
-        out["position_ids"] = pos.reshape(n, width)[:, :seq_len]
+        pos = np.ones(n * width, dtype=np.int64)
+        pos[starts[1:]] = 1 - seg_len[:-1]
+        pos[0] = 0
+        out["position_ids"] = np.cumsum(pos, out=pos).reshape(n, width)[:, :seq_len]
     if fields.cu_seqlens:
         keep = t < seq_len  # a segment starting at the last slot holds no input
         cu = np.append(r[keep] * seq_len + t[keep], n * seq_len).astype(np.int32)

@@ -20,7 +20,7 @@ from ..format.dataset import Dataset
 from .fields import BatchFields
 from .mapper import Mapper
 from .pack_table import cached_table
-from .packed_fields import packed_fields
+from .packed_fields import packed_fields, segment_starts
 from .packing import PackingStrategy, PackSpec, PackTable, concat_ranges
 from .plan import Rows
 from .windows import Windows
@@ -88,12 +88,47 @@ def windows_factory(packing: dict[int, PackingStrategy], cache_dir: str | os.Pat
     return make
 
 
+class _Slab:
+    """The pieces of one slab of rows (row order) and, once asked for, its fields: every item of the
+    slab takes views of them instead of computing its own."""
+
+    def __init__(self, rows: Rows, a: int, z: int, lengths: np.ndarray, counts: np.ndarray, first: np.ndarray
+                 ) -> None:
+        self.rows, self.a, self.z = rows, a, z
+        self.lengths, self.counts, self.first = lengths, counts, first
+        self.fields: dict[tuple[int, bool], tuple[dict[str, Any], np.ndarray, np.ndarray]] = {}
+
+    def covers(self, rows: Rows, a: int, z: int) -> bool:
+        return rows is self.rows and self.a <= a and z <= self.z
+
+    def item(self, a: int, z: int, seq_len: int, mask_doc_boundary: bool) -> dict[str, Any]:
+        """loss_mask / position_ids / cu_seqlens / max_seqlen of rows [a, z): row slices of the slab's
+        arrays, and the slab's segment boundaries between them shifted to start at 0."""
+        key = (seq_len, mask_doc_boundary)
+        got = self.fields.get(key)
+        if got is None:
+            wanted = BatchFields(position_ids=True, cu_seqlens=True, loss_mask=True,
+                                 mask_doc_boundary=mask_doc_boundary)
+            f = packed_fields(self.lengths, self.counts, self.first, seq_len, wanted)
+            cu = f["cu_seqlens"]
+            # every row begins a segment at its slot 0, so row r's boundaries start where cu == r·seq_len
+            ptr = np.searchsorted(cu, np.arange(self.z - self.a + 1, dtype=np.int64) * seq_len)
+            got = self.fields[key] = (f, ptr, np.diff(cu))
+        f, ptr, seg = got
+        i, j = a - self.a, z - self.a
+        lo, hi = int(ptr[i]), int(ptr[j])
+        cu = f["cu_seqlens"][lo:hi + 1] - np.int32(i * seq_len)
+        return {"loss_mask": f["loss_mask"][i:j], "position_ids": f["position_ids"][i:j], "cu_seqlens": cu,
+                "max_seqlen": int(seg[lo:hi].max()) if hi > lo else 0}
+
+
 class PackedReader:
-    """Slabs of packed rows → token arrays and their fields."""
+    """Slabs of packed rows → token arrays and their fields, both computed once per slab."""
 
     def __init__(self, mapper: Mapper, dtype: np.dtype) -> None:
         self.mapper = mapper
         self.dtype = np.dtype(dtype)
+        self._slab: _Slab | None = None
 
     def _parts(self, rows: Rows, a: int, z: int) -> list[tuple[Any, PackedWindows, np.ndarray]]:
         src = rows.src[a:z]
@@ -108,65 +143,75 @@ class PackedReader:
         return out
 
     def slab(self, rows: Rows, a: int, z: int, width: int) -> np.ndarray:
-        """Token rows [a, z) of `rows`: each row's pieces back to back, then zeros."""
-        out = np.zeros((z - a, width), dtype=self.dtype)
-        for sel, pw, ids in self._parts(rows, a, z):
-            part = out if isinstance(sel, slice) else np.zeros((ids.size, width), dtype=self.dtype)
-            self._fill(pw, ids, part)
+        """Token rows [a, z) of `rows`: each row's pieces back to back, then zeros. The slab's pieces are
+        kept for `fields` of the items inside it."""
+        n = z - a
+        out = np.empty((n, width), dtype=self.dtype)
+        parts = self._parts(rows, a, z)
+        pieces = []
+        for sel, pw, ids in parts:
+            idx, counts, starts, lengths = pw.table.pieces(ids)
+            part = out if isinstance(sel, slice) else np.empty((ids.size, width), dtype=self.dtype)
+            self._fill(pw, counts, starts, lengths, part)
             if not isinstance(sel, slice):
                 out[sel] = part
+            pieces.append((sel, counts, lengths, pw.table.first[idx]))
+        if len(pieces) == 1:
+            _, counts, lengths, first = pieces[0]
+        else:  # the parts' pieces in row order
+            counts = np.zeros(n, dtype=np.int64)
+            row = []
+            for sel, c, _, _ in pieces:
+                counts[sel] = c
+                row.append(np.repeat(np.arange(n)[sel], c))
+            order = np.argsort(np.concatenate(row), kind="stable")
+            lengths = np.concatenate([p[2] for p in pieces])[order]
+            first = np.concatenate([p[3] for p in pieces])[order]
+        self._slab = _Slab(rows, a, z, lengths, counts, first)
         return out
 
-    def _fill(self, pw: PackedWindows, ids: np.ndarray, out: np.ndarray) -> None:
-        """Pieces back to back from slot 0 of each row: the destination is every slot before the row's
-        padding (one boolean mask), the source one gather per shard touched."""
-        _, counts, starts, lengths = pw.table.pieces(ids)
-        width = out.shape[1]
-        used = np.bincount(np.repeat(np.arange(ids.size), counts), weights=lengths, minlength=ids.size)
-        dest = np.arange(width)[None, :] < used[:, None]
+    def _fill(self, pw: PackedWindows, counts: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+              out: np.ndarray) -> None:
+        """Pieces back to back from slot 0 of each row, zeros after: one `take` per shard touched, whose
+        index runs over every slot of the rows (a row's padding slots repeat its last piece's last token,
+        already read, and are zeroed after)."""
+        n, width = out.shape
+        slot, used = segment_starts(lengths, counts, width)
+        pad = np.flatnonzero(used < width)
+        pad_slot = concat_ranges(pad * width + used[pad], width - used[pad])
         shard = np.searchsorted(pw.offsets, starts, side="right") - 1
-        shards = np.unique(shard).tolist()
-        if len(shards) == 1:
-            src = [(shards[0], starts - pw.offsets[shards[0]], lengths)]
-        else:  # pieces in row order, read shard by shard
-            src = [(s, starts[k] - pw.offsets[s], lengths[k]) for s in shards for k in [shard == s]]
-        parts = []
-        for s, local, n in src:
-            g = pw.gid_base + s
-            m = self.mapper.tokens(g)
-            m.check_intact(self.mapper.shard(g))  # one fstat: a truncated file raises instead of SIGBUS
-            parts.append(m.tokens[concat_ranges(local, n)])
-        if len(parts) == 1:
-            out[dest] = parts[0]
-        else:
-            flat = np.empty(int(lengths.sum()), dtype=out.dtype)
-            at = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-            for (s, _, n), part in zip(src, parts):
-                flat[concat_ranges(at[shard == s], n)] = part
-            out[dest] = flat
+        s0 = int(shard[0]) if shard.size else 0
+        flat = out.reshape(-1)
+        if shard.size and bool((shard == s0).all()):
+            local = starts - pw.offsets[s0]
+            # slot → token index: a step of 1 inside a piece, 0 on padding, a jump where a piece begins
+            steps = np.ones(flat.size, dtype=np.int64)
+            steps[pad_slot] = 0
+            # the slot before a piece holds the previous piece's last token (padding repeats it)
+            steps[slot[1:]] = local[1:] - (local[:-1] + lengths[:-1] - 1)
+            steps[0] = local[0]
+            np.take(self._tokens(pw, s0), np.cumsum(steps, out=steps), out=flat)
+        else:  # pieces of several shards: each shard's pieces gathered into their own slots
+            for s in np.unique(shard).tolist():
+                k = shard == s
+                flat[concat_ranges(slot[k], lengths[k])] = \
+                    self._tokens(pw, s)[concat_ranges(starts[k] - pw.offsets[s], lengths[k])]
+        flat[pad_slot] = 0
+
+    def _tokens(self, pw: PackedWindows, shard: int) -> np.ndarray:
+        g = pw.gid_base + shard
+        m = self.mapper.tokens(g)
+        m.check_intact(self.mapper.shard(g))  # one fstat: a truncated file raises instead of SIGBUS
+        return m.tokens
 
     def fields(self, rows: Rows, a: int, z: int, tokens: np.ndarray, seq_len: int, fields: BatchFields
                ) -> dict[str, Any]:
         """The item's arrays: tokens (or input_ids/labels views), and always loss_mask, position_ids,
-        cu_seqlens, max_seqlen — a packed row without them would train across documents and on padding."""
-        n = z - a
-        counts = np.zeros(n, dtype=np.int64)
-        pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (row of each piece, length, first)
-        for sel, pw, ids in self._parts(rows, a, z):
-            idx, c, _, lengths = pw.table.pieces(ids)
-            counts[sel] = c
-            where = np.arange(n)[sel]
-            pieces.append((np.repeat(where, c), lengths, pw.table.first[idx]))
-        if len(pieces) == 1:
-            _, lengths, first = pieces[0]
-        else:
-            row = np.concatenate([p[0] for p in pieces])
-            order = np.argsort(row, kind="stable")
-            lengths = np.concatenate([p[1] for p in pieces])[order]
-            first = np.concatenate([p[2] for p in pieces])[order]
-        wanted = BatchFields(position_ids=True, cu_seqlens=True, loss_mask=True,
-                             mask_doc_boundary=fields.mask_doc_boundary)
+        cu_seqlens, max_seqlen — a packed row without them would train across documents and on padding.
+        Computed once for the slab holding the item, handed out as views."""
         out: dict[str, Any] = {"tokens": tokens} if fields.tokens_only else \
             {"input_ids": tokens[:, :-1], "labels": tokens[:, 1:]}
-        out.update(packed_fields(lengths, counts, first, seq_len, wanted))
+        if self._slab is None or not self._slab.covers(rows, a, z):
+            self.slab(rows, a, z, seq_len + 1)
+        out.update(self._slab.item(a, z, seq_len, fields.mask_doc_boundary))  # type: ignore[union-attr]
         return out

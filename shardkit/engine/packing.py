@@ -10,7 +10,8 @@ is packed like a document. Nothing is dropped or truncated.
 **Locality.** Documents are packed only with documents of the same *pack group*: those whose first token
 lies in the same `group_tokens`-token stretch of the dataset's flat stream. Rows are numbered group by group,
 so consecutive row ids cover a contiguous stretch of data and the block shuffle over row ids keeps the page
-cache working set it has over windows.
+cache working set it has over windows. A row's pieces come from all over its group, so the group a shuffle
+block boundary cuts is read by both blocks: groups are kept small against blocks (`DEFAULT_GROUP_ROWS`).
 
 **Strategies** (`PackingStrategy`): `first_fit` puts each piece, in document order, into the first open row
 of its group with room (torchtitan's and Grain's first-fit); `best_fit` takes a group's pieces longest first
@@ -32,32 +33,40 @@ import numpy as np
 from ..errors import ConfigError
 from ..order.packing import PackingStrategy
 
-__all__ = ["DEFAULT_GROUP_TOKENS", "PackSpec", "PackTable", "PackingStrategy", "build_table", "concat_ranges",
+__all__ = ["DEFAULT_GROUP_ROWS", "DEFAULT_GROUP_TOKENS", "PackSpec", "PackTable", "PackingStrategy", "build_table", "concat_ranges",
            "fill_rows", "split_pieces"]
 
-# documents starting in the same 4 Mi-token stretch are packed together: 2,048 rows of 2,048 tokens, enough
-# for best-fit to leave well under 1 % padding on real corpora, and 8 MiB of uint16 tokens — below one
-# default shuffle block (≈ 32 MiB), so packing does not widen the reader's working set
-DEFAULT_GROUP_TOKENS = 1 << 22
+# documents starting in the same 1 Mi-token stretch are packed together (2 MiB of uint16; at least 64 rows'
+# worth at long seq_lens): enough for best-fit to leave well under 1 % padding on real corpora, and 1/16 of a
+# default shuffle block (≈ 32 MiB), because a pack group cut by a block boundary is read by both blocks — the
+# read amplification of an epoch grows with the group's share of a block (measured at 4 Mi tokens, 1/4 of a
+# block: 1.35× the data where windows read 1.22×; at 1 Mi: 1.20×; docs/benchmarks.md)
+DEFAULT_GROUP_TOKENS = 1 << 20
+DEFAULT_GROUP_ROWS = 64
 
 
 @dataclass(frozen=True, kw_only=True)
 class PackSpec:
-    """What a packing table is a function of, besides the documents."""
+    """What a packing table is a function of, besides the documents. `group_tokens` is the stretch of the
+    flat stream whose documents are packed together (None: `DEFAULT_GROUP_TOKENS`, or `DEFAULT_GROUP_ROWS`
+    rows of `seq_len + 1` tokens if that is more)."""
 
     strategy: PackingStrategy
     seq_len: int
-    group_tokens: int = DEFAULT_GROUP_TOKENS
+    group_tokens: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "strategy", PackingStrategy.parse(self.strategy))
         if self.strategy is PackingStrategy.WINDOW:
             raise ConfigError("packing='window' has no packing table: windows are cut from the token stream")
+        if self.group_tokens is None and isinstance(self.seq_len, int) and not isinstance(self.seq_len, bool) \
+                and self.seq_len >= 1:
+            object.__setattr__(self, "group_tokens", max(DEFAULT_GROUP_TOKENS, DEFAULT_GROUP_ROWS * (self.seq_len + 1)))
         for name in ("seq_len", "group_tokens"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"packing: {name} must be a positive integer, got {v!r}")
-        if self.group_tokens < self.seq_len + 1:
+        if self.group_tokens < self.seq_len + 1:  # type: ignore[operator]
             raise ConfigError(f"packing: group_tokens ({self.group_tokens:,}) must hold at least one row of "
                               f"seq_len + 1 = {self.seq_len + 1:,} tokens")
 
@@ -124,12 +133,23 @@ class PackTable:
 
 
 def concat_ranges(a: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Concatenated aranges [a_i, a_i + counts_i)."""
-    total = int(counts.sum())
-    if not total:
+    """Concatenated aranges [a_i, a_i + counts_i).
+
+    One running sum of steps (1 inside a range, a jump where the next range begins): a fill, a scatter
+    of one value per range and a cumsum, several times faster than `repeat` + `arange` on many short
+    ranges (the pieces of packed rows)."""
+    a = np.asarray(a, dtype=np.int64)
+    counts = np.asarray(counts, dtype=np.int64)
+    if counts.size and int(counts.min()) == 0:
+        keep = counts > 0
+        a, counts = a[keep], counts[keep]
+    if not counts.size:
         return np.zeros(0, dtype=np.int64)
-    offs = np.repeat(a - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
-    return np.arange(total, dtype=np.int64) + offs
+    ends = np.cumsum(counts)
+    steps = np.ones(int(ends[-1]), dtype=np.int64)
+    steps[0] = a[0]
+    steps[ends[:-1]] = a[1:] - (a[:-1] + counts[:-1]) + 1
+    return np.cumsum(steps, out=steps)
 
 
 def split_pieces(doc_starts: np.ndarray, doc_lengths: np.ndarray, seq_len: int

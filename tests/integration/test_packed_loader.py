@@ -65,20 +65,27 @@ def test_ranks_together_deliver_each_row_of_the_epoch_once(corpus):
     assert max(ids.values()) == 1 and rows - 8 < len(ids) <= rows  # only a last partial batch is dropped
 
 
-def test_rows_are_the_tables_rows_under_the_sample_order(corpus):
+@pytest.mark.parametrize("mask_doc_boundary", [False, True])
+def test_rows_are_the_tables_rows_under_the_sample_order(corpus, mask_doc_boundary):
+    """A whole epoch, batch by batch: the engine gathers and computes fields a slab of several batches at
+    a time (pieces of several shards in one slab) and hands each batch its rows of them."""
     path, parts, cache = corpus
-    loader = _loader(corpus, max_epochs=1)
+    fields = {"loss_mask": True, "mask_doc_boundary": mask_doc_boundary}
+    loader = _loader(corpus, max_epochs=1, batch_schedule=4, fields=fields)
     table = build_table(*document_spans(open_dataset(path)), PackSpec(strategy="best_fit", seq_len=SEQ))
     flat = np.concatenate(parts)
-    for step, b in zip(range(10), loader):
+    steps = 0
+    for step, b in enumerate(loader):
         ids = loader.global_sample_ids(step)
         tokens = fill_rows(flat, table, ids)
         assert np.array_equal(b["input_ids"], tokens[:, :-1]) and np.array_equal(b["labels"], tokens[:, 1:])
         idx, counts, _, lengths = table.pieces(ids)
         want = packed_fields(lengths, counts, table.first[idx], SEQ, loader.config.fields.__class__(
-            position_ids=True, cu_seqlens=True, loss_mask=True))
+            position_ids=True, cu_seqlens=True, loss_mask=True, mask_doc_boundary=mask_doc_boundary))
         for k in ("loss_mask", "position_ids", "cu_seqlens", "max_seqlen"):
-            assert np.array_equal(b[k], want[k])
+            assert np.array_equal(b[k], want[k]), (step, k)
+        steps += 1
+    assert steps == table.num_rows // 4
     assert table_dir(cache, open_dataset(path).fingerprint, PackSpec(strategy="best_fit", seq_len=SEQ)).is_dir()
 
 
@@ -198,6 +205,21 @@ def test_recipe_phases_pack_at_their_seq_len_keep_proportions_and_resume_exactly
         for k, b in zip(range(3), loader):
             assert np.array_equal(b["input_ids"], ref[step + k]["input_ids"][r * 4:(r + 1) * 4])
             assert np.array_equal(b["cu_seqlens"][-1], 4 * 128)
+
+
+def test_recipe_items_are_the_same_whatever_slab_they_were_cut_from(sources):
+    """Mixed sources in one slab: each item's fields, computed once per slab, equal the item resumed on its
+    own (a slab of its rows alone)."""
+    root, _ = sources
+    recipe = _recipe(root)
+    ref = list(Loader.from_recipe(recipe, packing_cache_dir=root / "c"))
+    loader = Loader.from_recipe(recipe, packing_cache_dir=root / "c")
+    for step in range(0, len(ref), 3):
+        loader.load_state_dict(loader.state_at(step))
+        got = next(iter(loader))
+        for k in ("input_ids", "labels", "source", "loss_mask", "position_ids", "cu_seqlens", "max_seqlen"):
+            assert np.array_equal(got[k], ref[step][k]), (step, k)
+    assert len({int(s) for b in ref[:4] for s in b["source"].tolist()}) > 1
 
 
 def test_recipe_packing_errors_name_the_phase(sources):

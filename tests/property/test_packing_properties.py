@@ -9,7 +9,14 @@ from hypothesis import strategies as st
 
 from shardkit.engine.fields import BatchFields
 from shardkit.engine.packed_fields import block_mask, packed_fields
-from shardkit.engine.packing import PackingStrategy, PackSpec, build_table, fill_rows, split_pieces
+from shardkit.engine.packing import (
+    PackingStrategy,
+    PackSpec,
+    build_table,
+    concat_ranges,
+    fill_rows,
+    split_pieces,
+)
 from shardkit.errors import ConfigError
 
 STRATEGIES = ("first_fit", "best_fit")
@@ -25,6 +32,15 @@ def corpora(draw):
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if lengths else np.zeros(0, np.int64)
     return starts, np.asarray(lengths, dtype=np.int64), PackSpec(strategy=strategy, seq_len=seq_len,
                                                                   group_tokens=group)
+
+
+@given(st.lists(st.tuples(st.integers(-50, 10**12), st.integers(0, 30)), max_size=40))
+def test_concat_ranges_is_the_concatenation_of_aranges(ranges):
+    a = np.array([r[0] for r in ranges], dtype=np.int64)
+    n = np.array([r[1] for r in ranges], dtype=np.int64)
+    want = np.concatenate([np.arange(x, x + k, dtype=np.int64) for x, k in ranges] + [np.zeros(0, np.int64)])
+    got = concat_ranges(a, n)
+    assert got.dtype == np.int64 and np.array_equal(got, want)
 
 
 def _doc_of(starts, lengths):
