@@ -46,6 +46,14 @@ def test_cli_streams_the_loaders_megatron_order(ds, tmp_path):
     assert a["digest"] == b["digest"] and a["first_batch"] == 6
 
 
+def test_dataloader_workers_deliver_the_same_batches(ds, tmp_path):
+    pytest.importorskip("torch")
+    cache = ["--megatron-cache-dir", tmp_path / "c"]  # the workers reopen the order from the index cache
+    one = _stream(ds, *_BLEND, "--steps", "12", *cache)
+    two = _stream(ds, *_BLEND, "--steps", "12", "--workers", "2", *cache)
+    assert one["digest"] == two["digest"] and two["batches"] == 12
+
+
 def test_cli_megatron_usage_errors(ds):
     assert "applies to --order megatron only" in _stream(ds, "--megatron-samples", "10", code=2)
     assert "needs --megatron-samples" in _stream(ds, "--order", "megatron", code=2)
