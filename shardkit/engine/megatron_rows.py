@@ -38,10 +38,16 @@ class MegatronTable:
     def __init__(self, order: GPTOrder | BlendOrder) -> None:
         self.order = order
         self.first = np.zeros(0, dtype=bool)
+        self._last: tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None = None
 
     def pieces(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(piece indices of `rows` in row order, pieces per row, flat token starts, lengths)."""
-        counts, start, length, first = order_pieces(self.order, np.asarray(rows, dtype=np.int64))
+        rows = np.asarray(rows, dtype=np.int64)
+        if self._last is not None and np.array_equal(self._last[0], rows):  # the reader asks twice per slab
+            counts, start, length, first = self._last[1]
+        else:
+            counts, start, length, first = order_pieces(self.order, rows)
+            self._last = (rows.copy(), (counts, start, length, first))
         self.first = first
         return np.arange(start.size, dtype=np.int64), counts, start, length
 
