@@ -77,6 +77,22 @@ def _ramp(ctx, param, value):
               help="Where packing tables are kept [default: $SHARDKIT_PACK_CACHE_DIR, else ~/.cache/shardkit/packing].")
 @click.option("--balance-ranks", is_flag=True, help="Packed rows: deal each global batch to ranks by attention "
                                                      "cost (Σ len²).")
+@click.option("--micro-batch-size", type=click.IntRange(min=1), default=None,
+              help="Rows per item (a rank's global-batch share in micro-batches); with --order megatron, "
+                   "Megatron's --micro-batch-size (its sampler's rank slicing).")
+@click.option("--order", "order", type=click.Choice(["shardkit", "megatron"]), default="shardkit", show_default=True,
+              help="megatron: megatron-core's GPTDataset/BlendedDataset sample order over the DATASET's shards "
+                   "(docs/megatron.md).")
+@click.option("--megatron-samples", type=click.IntRange(min=1), default=None,
+              help="--order megatron: the split's sample count (Megatron's --train-samples).")
+@click.option("--megatron-data-path", default=None,
+              help="--order megatron: 'W1 SHARD1 W2 SHARD2 ...' as Megatron's --data-path, shards of DATASET "
+                   "[default: every shard, one prefix needs no weight].")
+@click.option("--megatron-split", default="1,0,0", show_default=True, help="--order megatron: Megatron's --split.")
+@click.option("--megatron-cache-dir", type=click.Path(file_okay=False), default=None,
+              help="--order megatron: where the index arrays are kept (Megatron's --data-cache-path).")
+@click.option("--consumed-samples", type=click.IntRange(min=0), default=None,
+              help="--order megatron: continue from a Megatron checkpoint's consumed_train_samples.")
 @storage_option_flag
 @skip_option
 @verify_options
@@ -87,7 +103,8 @@ def _ramp(ctx, param, value):
 @click.pass_context
 def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, shuffle, steps, start_step, rank,
                world_size, workers, max_epochs, cache_dir, cache_limit, packing, packing_cache_dir, balance_ranks,
-               storage_options, skip, verify_on_read, on_corrupt, plot, as_json):
+               micro_batch_size, order, megatron_samples, megatron_data_path, megatron_split, megatron_cache_dir,
+               consumed_samples, storage_options, skip, verify_on_read, on_corrupt, plot, as_json):
     """Run the loader on DATASET (or a --recipe mixture) without a trainer; print tokens/s and a digest.
 
     DATASET is a dataset directory or a remote URL (s3://, gs://, az://, ...) streamed through a bounded
@@ -111,13 +128,18 @@ def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, sh
         return
     if strict:
         raise click.UsageError("--strict applies to --recipe only")
+    megatron = _megatron_options(ctx, order, megatron_samples, megatron_data_path, megatron_split,
+                                 megatron_cache_dir, consumed_samples, start_step)
     loader = Loader(dataset, seq_len=seq_len, seed=seed, batch_schedule=ramp or batch_size, shuffle=shuffle,
                     rank=rank, world_size=world_size, max_epochs=max_epochs, cache_dir=cache_dir,
                     cache_limit=cache_limit, storage_options=storage_options, packing=packing,
                     packing_cache_dir=packing_cache_dir, balance_ranks=balance_ranks, skip=skip,
-                    verify_on_read=verify_on_read, on_corrupt=on_corrupt)
+                    verify_on_read=verify_on_read, on_corrupt=on_corrupt,
+                    micro_batch_size=micro_batch_size, order=order, megatron=megatron)
     if start_step:
         loader.load_state_dict(loader.state_at(start_step))
+    if consumed_samples:
+        loader.resume_from_megatron(consumed_samples)
     packed = packing_report(loader, world_size=world_size, batches=min(steps, 256)) if packing != "window" \
         else None
     report = _run(loader, steps, workers, as_json)
@@ -149,6 +171,33 @@ def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, sh
                    f"{c['blocks_verified']} cached blocks re-verified, waited {c['wait_seconds']:.2f} s")
     _echo_integrity(m, workers)
     click.echo(f"  digest {report.digest}")
+
+
+def _megatron_options(ctx, order, samples, data_path, split, cache_dir, consumed, start_step) -> dict | None:
+    """The loader's megatron= options from the --megatron-* flags (a usage error where they do not apply)."""
+    names = ("megatron_samples", "megatron_data_path", "megatron_split", "megatron_cache_dir", "consumed_samples")
+    given = [n for n in names if ctx.get_parameter_source(n) is ParameterSource.COMMANDLINE]
+    if order != "megatron":
+        if given:
+            raise click.UsageError(f"--{given[0].replace('_', '-')} applies to --order megatron only")
+        return None
+    if samples is None:
+        raise click.UsageError("--order megatron needs --megatron-samples (Megatron's --train-samples)")
+    if consumed is not None and start_step:
+        raise click.UsageError("give --consumed-samples or --start-step, not both")
+    out: dict = {"num_samples": samples, "split": split, "path_to_cache": cache_dir}
+    if data_path is not None:
+        words = data_path.split()
+        if len(words) % 2 or not words:
+            raise click.UsageError("--megatron-data-path: expected 'WEIGHT SHARD WEIGHT SHARD ...'")
+        try:
+            out["weights"] = [float(w) for w in words[0::2]]
+        except ValueError:
+            raise click.UsageError(f"--megatron-data-path: weights must be numbers, got {words[0::2]}") from None
+        out["prefixes"] = words[1::2]
+        if len(out["prefixes"]) == 1:
+            out["weights"] = None
+    return out
 
 
 def _run(loader, steps, workers, as_json) -> StreamReport:

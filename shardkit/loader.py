@@ -28,13 +28,16 @@ import numpy as np
 from .engine import ENDLESS_TOKENS, SourceDef
 from .engine.config import Placement, check_flag, check_optional_positive
 from .engine.facade import ReadConfig, StreamFacade, build_config
+from .engine.megatron_rows import MegatronRows
 from .engine.pack_table import cached_table
 from .engine.packed_rows import PackedWindows, windows_factory
 from .engine.packing import PackingStrategy, PackSpec, PackTable
 from .engine.state import SINGLE_SOURCE
 from .engine.windows import Windows
-from .errors import ConfigError
+from .errors import ConfigError, ResumeError
 from .format import Dataset
+from .megatron.options import MegatronOptions
+from .megatron.order import BlendOrder, GPTOrder
 from .mixture.phases import Phase, PhasePlan
 from .mixture.recipe import MixtureWarning, Recipe, load_recipe
 from .mixture.sources import open_sources
@@ -74,9 +77,14 @@ class LoaderConfig(ReadConfig):
     # "window": fixed windows over the token stream; "first_fit" / "best_fit": whole documents packed into
     # rows (engine/packing.py), which then always carry loss_mask, position_ids and cu_seqlens
     packing: PackingStrategy | str = "window"
+    # "shardkit": shardkit's own order; "megatron": megatron-core's GPTDataset/BlendedDataset order over the
+    # dataset's shards as data prefixes, sliced as Megatron-LM's sampler slices it (`megatron=` options)
+    order: str = "shardkit"
+    megatron: MegatronOptions | dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "seq_len", positive_int("seq_len", self.seq_len))
+        self._check_order()
         object.__setattr__(self, "packing", PackingStrategy.parse(self.packing))
         if self.balance_ranks is True and self.packing is PackingStrategy.WINDOW:
             raise ConfigError("balance_ranks=True deals packed rows by attention cost; windows all cost the same: "
@@ -88,6 +96,25 @@ class LoaderConfig(ReadConfig):
         for name in ("block_samples", "group_blocks", "max_tokens", "max_epochs"):
             check_optional_positive(name, getattr(self, name))
         self._check_common()
+
+    def _check_order(self) -> None:
+        if self.order not in ("shardkit", "megatron"):
+            raise ConfigError(f"order must be 'shardkit' or 'megatron', got {self.order!r}")
+        if self.order == "shardkit":
+            if self.megatron is not None:
+                raise ConfigError("megatron= options apply to order='megatron' only; add order='megatron'")
+            return
+        if self.megatron is None:
+            raise ConfigError("order='megatron' needs megatron={'num_samples': ...} (Megatron's --train-samples; "
+                              "also prefixes, weights, split as in --data-path / --split)")
+        object.__setattr__(self, "megatron", MegatronOptions.parse(self.megatron))
+        clashes = [n for n, v in (("packing", self.packing != "window"), ("max_tokens", self.max_tokens),
+                                  ("max_epochs", self.max_epochs), ("block_samples", self.block_samples),
+                                  ("group_blocks", self.group_blocks), ("balance_ranks", self.balance_ranks))
+                   if v]
+        if clashes:
+            raise ConfigError(f"order='megatron' takes its samples, order and length from Megatron's indices; "
+                              f"{clashes[0]} does not apply: drop it")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,7 +148,22 @@ class Loader(StreamFacade):
         """A `MixtureLoader` over a recipe (YAML/TOML/JSON path, dict or Recipe): see docs/mixtures.md."""
         return MixtureLoader(recipe, **kwargs)
 
+    @property
+    def megatron_order(self) -> GPTOrder | BlendOrder | None:
+        """The Megatron order (`order="megatron"`; None otherwise): built once per loader object."""
+        c = self.config
+        if c.order != "megatron":
+            return None
+        order = self.__dict__.get("_megatron_order_cache")
+        if order is None:
+            assert isinstance(c.megatron, MegatronOptions)
+            order = self.__dict__["_megatron_order_cache"] = c.megatron.build(self.dataset, c.seq_len, c.seed)
+        return order
+
     def _windows_of(self) -> Any:
+        order = self.megatron_order
+        if order is not None:
+            return lambda dataset, seq_len, gid_base: MegatronRows(dataset, order, gid_base)
         table = self._packed_table
         if table is None:
             return Windows
@@ -147,10 +189,11 @@ class Loader(StreamFacade):
 
     def _definition_parts(self) -> tuple[dict[str, Dataset], dict[str, SourceDef], PhasePlan, int]:
         c = self.config
-        budget = self.budget_samples_of(c, self.dataset, self._packed_rows)
+        budget = self.budget_samples
         phase = Phase(name="main", tokens=ENDLESS_TOKENS, seq_len=c.seq_len, batch=c.batch_schedule,
                       mix={SINGLE_SOURCE: 1})
-        source = SourceDef(name=SINGLE_SOURCE, dataset=self.dataset, shuffle=c.shuffle, max_samples=budget,
+        shuffle = ShuffleMode.NONE if c.order == "megatron" else c.shuffle  # position p is Megatron's sample p
+        source = SourceDef(name=SINGLE_SOURCE, dataset=self.dataset, shuffle=shuffle, max_samples=budget,
                            block_samples=c.block_samples, group_blocks=c.group_blocks, seed=c.seed)
         return {SINGLE_SOURCE: self.dataset}, {SINGLE_SOURCE: source}, PhasePlan([phase]), c.seed
 
@@ -197,6 +240,9 @@ class Loader(StreamFacade):
 
     @property
     def budget_samples(self) -> int | None:
+        order = self.megatron_order
+        if order is not None:  # one pass over Megatron's samples (its sampler's total_samples)
+            return len(order)
         return self.budget_samples_of(self.config, self.dataset, self._packed_rows)
 
     def num_batches(self) -> int | None:
@@ -211,6 +257,9 @@ class Loader(StreamFacade):
         c = self.config
         out = {"seq_len": c.seq_len, "seed": c.seed, "shuffle": self.shuffle.to_json(),
                "schedule": self.schedule.to_json(), "budget_samples": self.budget_samples}
+        if c.order == "megatron":  # shardkit's order keeps the definition (and fingerprint) it had
+            assert isinstance(c.megatron, MegatronOptions)
+            out["order"] = {"kind": "megatron", **c.megatron.to_json()}
         if c.packing is not PackingStrategy.WINDOW:  # windows keep the definition (and fingerprint) they had
             spec = PackSpec(strategy=c.packing, seq_len=c.seq_len)  # type: ignore[arg-type]
             out["packing"] = {"strategy": c.packing.value, "group_tokens": spec.group_tokens}  # type: ignore[union-attr]
@@ -218,6 +267,43 @@ class Loader(StreamFacade):
 
     def _dataset_fingerprints(self) -> dict[str, str]:
         return {SINGLE_SOURCE: self.dataset.fingerprint}
+
+    def load_state_dict(self, state: dict[str, Any], **kwargs: Any) -> None:
+        """Continue exactly where `state` was taken (see `StreamFacade.load_state_dict`); a Megatron-order state
+        saved with another seq_len, seed or sample count is refused, whatever the overrides."""
+        if self.config.order == "megatron":
+            self._check_megatron_state(state)
+        super().load_state_dict(state, **kwargs)
+
+    def _check_megatron_state(self, state: Any) -> None:
+        stream = state.get("stream") if isinstance(state, dict) else None
+        saved = stream.get("definition") if isinstance(stream, dict) else None
+        if not isinstance(saved, dict) or not isinstance(saved.get("order"), dict):
+            return  # not a Megatron-order state: the generic checks name the difference
+        now = self._stream_definition()
+        for name, was, is_ in (("seq_len", saved.get("seq_len"), now["seq_len"]),
+                               ("seed", saved.get("seed"), now["seed"]),
+                               ("megatron.num_samples", saved["order"].get("num_samples"),
+                                now["order"]["num_samples"])):
+            if was != is_:
+                raise ResumeError(f"stream.{name}", f"the state was saved on Megatron's order with {name} {was!r}, "
+                                  f"this loader has {is_!r}: Megatron's indices (document, sample and shuffle "
+                                  "index, and the blend) depend on it, so the same consumed-samples count would "
+                                  "name other tokens; resume with the saved value, or start a new run")
+
+    def resume_from_megatron(self, consumed_samples: int) -> None:
+        """Continue a Megatron-LM run from its checkpoint's `consumed_train_samples` (order='megatron')."""
+        if self.config.order != "megatron":
+            raise ConfigError("resume_from_megatron applies to order='megatron' loaders")
+        plan = self.engine.plan
+        if isinstance(consumed_samples, bool) or not isinstance(consumed_samples, int) or consumed_samples < 0:
+            raise ConfigError(f"consumed_samples must be a non-negative integer, got {consumed_samples!r}")
+        batch = int(plan.batch_at_samples(np.array([consumed_samples], dtype=np.int64))[0])
+        if plan.samples_before(batch) != consumed_samples:
+            raise ConfigError(f"consumed_samples {consumed_samples} is not at a global batch boundary of this "
+                              f"loader's batch_schedule (batch {batch} starts at {plan.samples_before(batch)}); "
+                              "use Megatron's global batch size")
+        self.load_state_dict(self.state_at(batch))
 
     def global_sample_ids(self, batch: int) -> np.ndarray:
         """Sample ids of the whole global batch `batch` (all ranks), in order."""

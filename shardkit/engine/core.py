@@ -28,6 +28,7 @@ from .fields import BatchFields, DocStarts, assemble
 from .gather import Gather
 from .identity import packed_identity, row_identity
 from .mapper import Mapper
+from .megatron_rows import MegatronInterleave, uses_megatron
 from .metrics import LoaderMetrics
 from .packed_rows import PackedReader, is_packed
 from .plan import Plan
@@ -89,7 +90,10 @@ class Engine:
         self.mapper.on_map = {d: f for d, f in advice.items()} if read.readahead else {}
         self.gather = Gather(self.mapper, self.dtype, gates)
         self.packed = PackedReader(self.mapper, self.dtype)
-        self.balancer = Balancer(plan, placement.world_size) if read.balance_ranks else None
+        self.balancer: Balancer | MegatronInterleave | None = \
+            Balancer(plan, placement.world_size) if read.balance_ranks else None
+        if uses_megatron(plan):  # Megatron's sampler decides which rank reads which sample of a batch
+            self.balancer = MegatronInterleave(plan, placement)
         skipping = read.on_corrupt is CorruptPolicy.SKIP
         self.verifier = ReadVerifier(datasets, self.mapper, read.on_corrupt, local=read.verify_on_read,
                                      rank=placement.rank) if read.verify_on_read or skipping else None

@@ -176,7 +176,7 @@ def _first_token(stream: Stream, sample_id: int) -> int:
     """The row's first token in the source's flat stream (a packed row's: its first piece's)."""
     w = stream.windows
     if isinstance(w, PackedWindows):
-        return int(w.table.start[w.table.row_ptr[sample_id]])
+        return int(w.table.pieces(np.array([sample_id], dtype=np.int64))[2][0])
     return sample_id * w.seq_len
 
 
@@ -350,6 +350,9 @@ def _rows_holding(stream: Stream, d0: int, d1: int) -> tuple[np.ndarray, np.ndar
     w = stream.windows
     if isinstance(w, PackedWindows):
         t = w.table
+        if not hasattr(t, "row_ptr"):  # Megatron's samples: computed, not a table of pieces to search
+            raise ConfigError("the steps of a document are found in window and packed orders; order='megatron' "
+                              "samples are not searched (explain a step instead)")
         starts = d0 + L * np.arange(max(1, -(-(d1 - d0 - 1) // L)), dtype=np.int64)
         pieces = np.flatnonzero(np.isin(t.start, starts))
         rows = np.searchsorted(t.row_ptr, pieces, side="right") - 1

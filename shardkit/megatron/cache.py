@@ -60,6 +60,21 @@ class IndexCache:
             self._store(key, depends_on, arrays)
             return arrays
 
+    def peek(self, depends_on: Mapping[str, object]) -> dict[str, np.ndarray] | None:
+        """The arrays for `depends_on` if the cache holds a whole, verified entry (never builds)."""
+        return None if self.directory is None else self._open(cache_key(depends_on))
+
+    def put(self, depends_on: Mapping[str, object], arrays: dict[str, np.ndarray]) -> None:
+        """Store an entry (under its lock; a no-op without a directory or when another process stored it)."""
+        if self.directory is None:
+            return
+        key = cache_key(depends_on)
+        with write_errors(self.directory, "create the Megatron index cache directory"):
+            self.directory.mkdir(parents=True, exist_ok=True)
+        with self._locked(key):
+            if self._open(key) is None:
+                self._store(key, depends_on, arrays)
+
     @contextlib.contextmanager
     def _locked(self, key: str) -> Iterator[None]:
         assert self.directory is not None

@@ -5,7 +5,7 @@ Each function reproduces, bit for bit, the array megatron-core 0.16.1 builds in
 inputs, so a run can move between the two loaders without changing a sample. The document and shuffle
 indices are numpy `RandomState` shuffles (Megatron's own, drawn in the same order from one state); the
 sample index is computed without a per-token loop: sample `k` starts at flat position `k * seq_len` of
-the document-index stream, found by a binary search over the cumulative document lengths.
+the document-index stream, and the document holding it follows from the cumulative document lengths.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from ..errors import ConfigError
 __all__ = ["EpochPlan", "plan_epochs", "document_index", "sample_index", "shuffle_index", "SEPARATE_FINAL_EPOCH_THRESHOLD"]
 
 SEPARATE_FINAL_EPOCH_THRESHOLD = 0.80  # megatron-core's constant in _build_document_sample_shuffle_indices
+_SAMPLE_CHUNK = 1 << 22  # samples of the sample index computed at a time
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,20 +93,34 @@ def sample_index(sizes: np.ndarray, doc_index: np.ndarray, seq_len: int, num_epo
     out[0] = 0
     if n == 0:
         return out
-    starts = np.arange(1, n + 1, dtype=np.int64) * seq_len
-    pos = np.searchsorted(ends, starts + extra, side="left")
-    past = pos >= doc_index.shape[0]
-    last = doc_index.shape[0] - 1
-    pos[past] = last
-    begin = ends[pos] - lengths[pos]
-    offset = starts - begin
-    offset[past] = int(lengths[last]) - extra
-    if past.any() and int(lengths[last]) - extra < 0:
-        raise ConfigError("the last partial sample would start before its document (an empty final document "
-                          "with add_extra_token_to_sequence); megatron-core's build_sample_idx rejects this "
-                          "input too: drop empty documents or keep drop_last_partial_validation_sequence")
-    out[1:, 0] = pos
-    out[1:, 1] = offset
+    # entry k is the first document whose end reaches k·seq_len + extra: document d is passed by every
+    # k ≥ t_d = (ends[d] − extra) // seq_len + 1, and t is sorted, so the entries are runs — document j
+    # for t_{j−1} ≤ k < t_j — written with one `repeat` (no binary search per sample)
+    docs = doc_index.shape[0]
+    t = (ends - extra) // seq_len + 1
+    np.clip(t, 1, n + 1, out=t)
+    runs = np.diff(t, prepend=1, append=n + 1)
+    pos = np.repeat(np.arange(docs + 1, dtype=dtype), runs)  # docs: past the last document
+    begin = ends - lengths  # each document's start in the flat stream
+    last = docs - 1
+    for a in range(0, n, _SAMPLE_CHUNK):  # offsets a chunk at a time: no n-sized int64 temporaries
+        z = min(n, a + _SAMPLE_CHUNK)
+        p = pos[a:z]
+        past = p == docs
+        off = np.arange(a + 1, z + 1, dtype=np.int64) * seq_len
+        if past.any():
+            if int(lengths[last]) - extra < 0:
+                raise ConfigError("the last partial sample would start before its document (an empty final "
+                                  "document with add_extra_token_to_sequence); megatron-core's build_sample_idx "
+                                  "rejects this input too: drop empty documents or keep "
+                                  "drop_last_partial_validation_sequence")
+            p[past] = last
+            off -= begin[p]
+            off[past] = int(lengths[last]) - extra
+        else:
+            off -= begin[p]
+        out[1 + a:1 + z, 0] = p
+        out[1 + a:1 + z, 1] = off
     return out
 
 

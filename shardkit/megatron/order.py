@@ -20,7 +20,8 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..format.dataset import Dataset
-from .blend import DEFAULT_SURPLUS, blending_indices, normalize_weights, samples_per_dataset
+from .blend import DEFAULT_SURPLUS, normalize_weights, samples_per_dataset
+from .blend_lazy import BlendChunks
 from .cache import IndexCache
 from .gpt_index import document_index, plan_epochs, sample_index, shuffle_index
 from .split import Split, split_documents, split_matrix
@@ -192,28 +193,54 @@ class BlendOrder:
             self.weights = normalize_weights(lengths)
             self.size = min(size, sum(lengths))
 
-    @cached_property
-    def arrays(self) -> dict[str, np.ndarray]:
-        depends = {"kind": "BlendedDataset", "weights": self.weights, "size": self.size}
-        def build() -> dict[str, np.ndarray]:
-            di, dsi = blending_indices(self.weights, self.size)
-            return {"dataset_index": di, "dataset_sample_index": dsi}
-        arrays = self.cache.get(depends, build)
-        counts = np.bincount(arrays["dataset_index"], minlength=len(self.datasets))
+    def _depends_on(self) -> dict[str, object]:
+        return {"kind": "BlendedDataset", "weights": self.weights, "size": self.size}
+
+    def _check_room(self, counts: np.ndarray) -> None:
         for k, (d, n) in enumerate(zip(self.datasets, counts.tolist(), strict=True)):
             if n and len(d) < n:
                 raise ConfigError(f"the {self.split.name} blend asks {n} samples of prefix {k} "
                                   f"({d.prefix.identity['shard']}), which holds {len(d)}; raise "
                                   "mid_level_dataset_surplus (as Megatron would require)")
+
+    @cached_property
+    def chunks(self) -> BlendChunks:
+        """The assignment built lazily up to the samples read (a complete cached one is used as it is)."""
+        return BlendChunks(self.weights, self.size, self.cache, self._depends_on(), self._check_room)
+
+    @cached_property
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The whole assignment (megatron-core's two arrays), built once and kept in the index cache."""
+        def build() -> dict[str, np.ndarray]:
+            di, dsi = self.chunks.whole()
+            return {"dataset_index": di, "dataset_sample_index": dsi}
+        arrays = self.cache.get(self._depends_on(), build)
+        self._check_room(np.bincount(arrays["dataset_index"], minlength=len(self.datasets)))
         return arrays
 
     def __len__(self) -> int:
         return self.size
 
+    def locate_many(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(dataset, sample within it) of blended sample ids: from the whole assignment when it is at hand
+        (built, or complete in the cache), else from the lazily built chunks."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if "arrays" not in self.__dict__ and not self.__dict__.get("_peeked"):
+            self.__dict__["_peeked"] = True  # looked for a complete cached assignment once
+            found = self.cache.peek(self._depends_on())
+            if found is not None:
+                self.__dict__["arrays"] = found
+        if "arrays" in self.__dict__:
+            a = self.arrays
+            return a["dataset_index"][ids].astype(np.int64), a["dataset_sample_index"][ids]
+        return self.chunks.locate(ids)
+
     def locate(self, i: int) -> tuple[int, int]:
         """(dataset, sample within it) of blended sample `i`."""
-        a = self.arrays
-        return int(a["dataset_index"][i]), int(a["dataset_sample_index"][i])
+        if not 0 <= i < self.size:
+            raise IndexError(f"sample {i} out of range for a Megatron blend of {self.size} samples")
+        d, j = self.locate_many(np.array([i], dtype=np.int64))
+        return int(d[0]), int(j[0])
 
     def spans(self, i: int) -> list[tuple[int, int, int]]:
         d, j = self.locate(i)

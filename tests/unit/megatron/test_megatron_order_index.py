@@ -13,6 +13,7 @@ from shardkit.megatron import (
     blending_indices,
     cache_key,
     document_index,
+    gpt_index,
     normalize_weights,
     plan_epochs,
     sample_index,
@@ -128,3 +129,21 @@ def test_cache_reuses_verifies_and_rebuilds(tmp_path):
     assert len(calls) == 3
     np.testing.assert_array_equal(fixed["a"], np.arange(10))
     assert not any(p.name.endswith(".tmp") for p in (tmp_path / "c").iterdir())
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64])
+@pytest.mark.parametrize("extra,drop", [(True, True), (False, False), (True, False)])
+def test_sample_index_in_small_chunks_equals_megatron(chunk, extra, drop):
+    rng = np.random.default_rng(chunk)
+    sizes = rng.integers(0, 90, size=300).astype(np.int32)
+    sizes[0] = 5
+    docs = np.arange(sizes.size, dtype=np.int32)
+    tokens = int(sizes.sum())
+    doc_idx = gpt._build_document_index(docs, 3, np.random.RandomState(1), False)
+    want = helpers.build_sample_idx(sizes, doc_idx, 17, 3, tokens, drop, extra)
+    saved, gpt_index._SAMPLE_CHUNK = gpt_index._SAMPLE_CHUNK, chunk
+    try:
+        got = sample_index(sizes, doc_idx, 17, 3, tokens, drop, extra)
+    finally:
+        gpt_index._SAMPLE_CHUNK = saved
+    np.testing.assert_array_equal(got, want)
