@@ -66,11 +66,12 @@ class _Layout:
         rows, width = loader.max_item_shape()
         rows *= group
         sizes = [rows * width * token_dtype.itemsize]
-        if f.position_ids:
+        packed = loader.packs_rows  # packed rows carry their fields whatever `fields` asks for
+        if f.position_ids or packed:
             sizes.append(rows * (width - 1) * 8)
-        if f.loss_mask:
+        if f.loss_mask or packed:
             sizes.append(rows * (width - 1) * 4)
-        if f.cu_seqlens:
+        if f.cu_seqlens or packed:
             sizes.append(rows * width * 4)
         if loader.labels_sources:
             sizes.append(rows * 8)  # the source of every row

@@ -25,6 +25,7 @@ from .accounting import accounting
 from .config import Placement, ReadOptions, check_flag, check_optional_positive
 from .core import Engine
 from .fields import BatchFields
+from .packed_rows import PackedWindows
 from .plan import Plan, SourceDef
 from .resume import resume
 from .skips import parse_skips, skips_json, union
@@ -256,6 +257,11 @@ class StreamFacade:
         m = self.placement.micro_batch_size
         rows = m or max(size for p in phases for _, _, size in p.batch.stages) // self.world_size
         return rows, max(p.seq_len for p in phases) + 1
+
+    @property
+    def packs_rows(self) -> bool:
+        """Whether any item can hold packed rows, which always carry position_ids, loss_mask and cu_seqlens."""
+        return any(isinstance(s.windows, PackedWindows) for s in self.engine.plan.streams.values())
 
     def item_shape(self, batch: int) -> tuple[int, int]:
         """(rows, token row width) of the items of global batch `batch` (the last batch's past the end)."""
