@@ -62,7 +62,11 @@ class PackedWindows(Windows):
 
     def token_ranges(self, first: np.ndarray, stop: np.ndarray) -> list[tuple[int, int, int]]:
         """Like `Windows.token_ranges`, for callers that address sample ids × seq_len (the shuffle blocks of
-        the page-cache hints): the data under rows [first // seq_len, ⌈(stop − 1) / seq_len⌉)."""
+        the page-cache hints): the data under rows [first // seq_len, ⌈(stop − 1) / seq_len⌉). None while the
+        rows are read from a row store: hinting (reading ahead, evicting) the dataset's pages would read data
+        no row needs."""
+        if self.store is not None:
+            return []
         lo_rows = np.asarray(first, dtype=np.int64) // self.seq_len
         hi_rows = np.minimum(-(-(np.asarray(stop, dtype=np.int64) - 1) // self.seq_len), self.num_samples)
         lo, hi = [], []

@@ -157,3 +157,12 @@ def test_packing_store_needs_packed_rows(corpus):
         _loader(corpus, packing="window", packing_store=True)
     with pytest.raises(ConfigError, match="packing_store must be True or False"):
         _loader(corpus, packing_store="yes")
+
+
+def test_a_stored_stream_hints_no_dataset_pages(corpus, tmp_path):
+    """Group hints (read-ahead, eviction) address the dataset's shards; rows read from the store need none."""
+    cache = tmp_path / "cache"
+    gathered = _loader(corpus, cache).engine.plan.streams[(0, SEQ)].windows
+    stored = _loader(corpus, cache, packing_store=True).engine.plan.streams[(0, SEQ)].windows
+    first, stop = np.array([0]), np.array([16 * SEQ + 1])
+    assert gathered.token_ranges(first, stop) and stored.token_ranges(first, stop) == []
