@@ -286,9 +286,11 @@ def store_build(sizes: tuple[int, ...] = (20_000_000, 100_000_000)) -> list[dict
     (sampled every 5 ms: flat in the dataset's size); the store's bytes on disk ÷ the tokens'."""
     out = []
     for tokens in sizes:
-        ds = open_dataset(token_dataset(ROOT / "bench-data" / f"store-{tokens}", tokens, seed=99))
-        for L in SEQS:
-            out.append(_build_once(ds, L))
+        path = token_dataset(ROOT / "bench-data" / f"store-{tokens}", tokens, seed=99)
+        for L in SEQS:  # each in a fresh process: its memory is not the heap this one freed
+            got = subprocess.run([sys.executable, __file__, "--build-store", str(path), str(L)], check=True,
+                                 capture_output=True, text=True, cwd=ROOT)
+            out.append(json.loads(got.stdout.strip().splitlines()[-1]))
     return out
 
 
@@ -467,7 +469,11 @@ def main() -> None:
     ap.add_argument("--skip-reads", action="store_true", help="no read amplification (1 GB dataset, minutes)")
     ap.add_argument("--only", choices=["throughput", "store"], default=None,
                     help="just the throughput table (with the row store), or that and the store build")
+    ap.add_argument("--build-store", nargs=2, metavar=("DATASET", "SEQ_LEN"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.build_store:  # one store build, in the fresh process store_build() starts
+        print(json.dumps(_build_once(open_dataset(args.build_store[0]), int(args.build_store[1]))))
+        return
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     print(f"bench_packing  {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  commit {commit}  "
           f"{platform.processor() or platform.machine()}  {os.cpu_count()} cpus")
