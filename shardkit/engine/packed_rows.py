@@ -34,6 +34,8 @@ __all__ = ["PackedReader", "PackedWindows", "is_packed", "windows_factory"]
 class PackedWindows(Windows):
     """The rows of a packing table, with `Windows`' interface (sample id = row id)."""
 
+    store: RowStore | None = None  # the rows materialised (packing_store=True), None once found damaged
+
     def __init__(self, dataset: Dataset, table: PackTable, gid_base: int = 0, store: RowStore | None = None
                  ) -> None:
         if hasattr(dataset, "read_gate"):
@@ -41,7 +43,7 @@ class PackedWindows(Windows):
                               "with packing='window', or copy it locally")
         self.dataset = dataset
         self.table = table
-        self.store = store  # the rows materialised (packing_store=True), None once found damaged
+        self.store = store
         self.seq_len = table.seq_len
         self.width = table.width
         self.gid_base = gid_base

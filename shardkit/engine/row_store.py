@@ -49,6 +49,7 @@ __all__ = ["STORE_VERSION", "RowStore", "build_store", "cached_store", "open_sto
 STORE_VERSION = 1
 # rows are written and verified this many bytes of tokens at a time: one block's xxh3 takes ~0.3 ms
 BLOCK_BYTES = 4 << 20
+_KEEP_MAPPED = 8  # shard mappings the build holds at once
 _ROW_FILES = ("tokens", "pos", "mask")
 _SMALL_FILES = ("seg", "seg_ptr", "sums")
 
@@ -71,7 +72,7 @@ def _pos_dtype(width: int) -> np.dtype:
 def _read_tokens(dataset: Dataset, starts: np.ndarray, lengths: np.ndarray, slot: np.ndarray,
                  flat: np.ndarray, maps: dict[int, np.ndarray]) -> None:
     """Pieces (flat-stream `starts`, `lengths`) copied into `flat` at `slot` (pieces never cross shards);
-    `maps` keeps each shard's mapping for the next block."""
+    `maps` keeps the last few shards' mappings for the next block (rows go through the shards in order)."""
     offsets = dataset.token_offsets
     shard = np.searchsorted(offsets, starts, side="right") - 1
     for s in np.unique(shard).tolist():
@@ -80,6 +81,8 @@ def _read_tokens(dataset: Dataset, starts: np.ndarray, lengths: np.ndarray, slot
         if tokens is None:
             sh = dataset.shards[s]
             tokens = maps[s] = sh.tokens_of(sh.map_bin())
+            while len(maps) > _KEEP_MAPPED:  # a descriptor each: the oldest go, whatever the number of shards
+                del maps[next(iter(maps))]
         flat[concat_ranges(slot[k], lengths[k])] = tokens[concat_ranges(starts[k] - int(offsets[s]), lengths[k])]
 
 
@@ -162,7 +165,7 @@ class RowStore:
         self.seq_len, self.width = seq_len, seq_len + 1
         self.rows = int(meta["rows"])
         self.block_rows = int(meta["block_rows"])
-        self._maps: dict[str, tuple[int, mmap.mmap | None, int]] = {}
+        self._maps: dict[str, tuple[mmap.mmap | None, int]] = {}
         self.tokens = self._map("tokens", np.dtype(dtype)).reshape(self.rows, self.width)
         self.pos = self._map("pos", np.dtype(meta["pos_dtype"])).reshape(self.rows, seq_len)
         self.mask = self._map("mask", np.dtype(np.uint8)).reshape(self.rows, seq_len)
@@ -173,21 +176,24 @@ class RowStore:
         self.all_verified = self.sums.shape[0] == 0
 
     def _map(self, name: str, dtype: np.dtype) -> np.ndarray:
-        path = self.directory / f"{name}.bin"
-        fd = os.open(path, os.O_RDONLY)
-        size = os.fstat(fd).st_size
-        mm = mmap.mmap(fd, size, prot=mmap.PROT_READ) if size else None
-        self._maps[name] = (fd, mm, size)
+        fd = os.open(self.directory / f"{name}.bin", os.O_RDONLY)
+        try:  # the mapping keeps its own descriptor: `mm.size()` is an fstat of the file
+            size = os.fstat(fd).st_size
+            mm = mmap.mmap(fd, size, prot=mmap.PROT_READ) if size else None
+        finally:
+            os.close(fd)
+        self._maps[name] = (mm, size)
         return np.frombuffer(mm, dtype=dtype) if mm is not None else np.zeros(0, dtype=dtype)
 
     def check(self, ids: np.ndarray) -> None:
         """Hash the blocks under rows `ids` not hashed yet in this process (`IntegrityError` on a mismatch),
         after one fstat per row file (a store truncated under the mapping raises here instead of SIGBUS)."""
         for name in _ROW_FILES:
-            fd, _, size = self._maps[name]
-            if os.fstat(fd).st_size != size:
+            mm, size = self._maps[name]
+            now = mm.size() if mm is not None else 0
+            if now != size:
                 raise IntegrityError(str(self.directory / f"{name}.bin"), f"row store file changed size under "
-                                     f"the reader (now {os.fstat(fd).st_size:,} bytes, was {size:,})")
+                                     f"the reader (now {now:,} bytes, was {size:,})")
         if self.all_verified:
             return
         blocks = np.unique(np.asarray(ids, dtype=np.int64) // self.block_rows)

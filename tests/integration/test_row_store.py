@@ -166,3 +166,30 @@ def test_a_stored_stream_hints_no_dataset_pages(corpus, tmp_path):
     stored = _loader(corpus, cache, packing_store=True).engine.plan.streams[(0, SEQ)].windows
     first, stop = np.array([0]), np.array([16 * SEQ + 1])
     assert gathered.token_ranges(first, stop) and stored.token_ranges(first, stop) == []
+
+
+def test_store_truncated_under_a_running_loader_is_not_read(corpus, tmp_path):
+    cache = tmp_path / "cache"
+    want = _batches(_loader(corpus, cache), 60)
+    it = iter(_loader(corpus, cache, packing_store=True))
+    got = [next(it) for _ in range(2)]
+    tokens = _store(corpus, cache) / "tokens.bin"
+    os.truncate(tokens, os.path.getsize(tokens) // 2)
+    with pytest.warns(RuntimeWarning, match="changed size under the reader"):
+        got += [next(it) for _ in range(58)]
+    for a, b in zip(want, got):
+        assert_same_batch(a, b)
+
+
+def test_opening_stores_holds_no_descriptor(corpus, tmp_path):
+    cache = tmp_path / "cache"
+    _batches(_loader(corpus, cache, packing_store=True), 1)
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(30):
+        loader = _loader(corpus, cache, packing_store=True)
+        _batches(loader, 1)
+        loader.close()
+        del loader
+    import gc
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) - before < 10

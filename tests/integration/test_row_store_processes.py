@@ -62,3 +62,20 @@ def test_concurrent_processes_build_the_store_once(path, tmp_path):
     fp = open_dataset(path).fingerprint
     dirs = sorted(e for e in os.listdir(cache) if not e.endswith(".lock"))
     assert dirs == sorted([store_dir(cache, fp, spec).name, store_dir(cache, fp, spec).name[:-len(".rows")]])
+
+
+def test_building_a_store_of_many_shards_under_a_small_descriptor_limit(tmp_path):
+    """The build maps a block's shards only: 400 shards under RLIMIT_NOFILE 64."""
+    rng = np.random.default_rng(8)
+    docs = [rng.integers(1, 60000, size=int(rng.integers(20, 60)), dtype=np.uint16) for _ in range(2000)]
+    write_dataset(tmp_path / "ds", docs, max_tokens_per_shard=200)
+    assert open_dataset(tmp_path / "ds").num_shards >= 400
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64)); "
+            "from shardkit.format.dataset import open_dataset; from shardkit.engine.packing import PackSpec; "
+            "from shardkit.engine.pack_table import cached_table; from shardkit.engine.row_store import cached_store; "
+            "ds = open_dataset(sys.argv[1]); spec = PackSpec(strategy='best_fit', seq_len=32, group_tokens=4096); "
+            "st = cached_store(ds, cached_table(ds, spec, sys.argv[2]), spec, sys.argv[2]); print(st.rows)")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "ds"), str(tmp_path / "c")], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert int(r.stdout) > 0
