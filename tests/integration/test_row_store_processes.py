@@ -46,6 +46,27 @@ def test_spawned_dataloader_workers_read_the_store(path, tmp_path):
     assert store_dir(tmp_path / "c", open_dataset(path).fingerprint, PackSpec(strategy="best_fit", seq_len=SEQ)).exists()
 
 
+@pytest.mark.parametrize("workers,group", [(1, 1), (3, 2)])
+def test_forked_workers_from_the_store_equal_gathered_rows_in_process(path, tmp_path, workers, group):
+    pytest.importorskip("torch")
+    from shardkit.torch import ShardkitDataLoader
+    kw = dict(seq_len=SEQ, batch_schedule=6, seed=9, packing="first_fit", packing_cache_dir=tmp_path / "c",
+              rank=1, world_size=2, fields={"loss_mask": True, "mask_doc_boundary": True})
+    gathered = Loader(path, **kw)
+    gathered.load_state_dict(gathered.state_at(7))
+    stored = Loader(path, packing_store=True, **kw)
+    stored.load_state_dict(stored.state_at(7))
+    want = [b for _, b in zip(range(30), gathered)]
+    got = [b for _, b in zip(range(30), ShardkitDataLoader(stored, num_workers=workers, group=group))]
+    assert len(got) == 30
+    for a, b in zip(want, got):
+        for k, v in a.items():
+            if isinstance(v, np.ndarray):
+                np.testing.assert_array_equal(v, b[k].numpy(), err_msg=k)
+            else:
+                assert v == b[k], k
+
+
 def test_concurrent_processes_build_the_store_once(path, tmp_path):
     cache = tmp_path / "c"
     code = ("import os, sys; from shardkit.loader import Loader; "
