@@ -25,6 +25,7 @@ from .accounting import accounting
 from .config import Placement, ReadOptions, check_optional_positive
 from .core import Engine
 from .fields import BatchFields
+from .packed_rows import PackedWindows
 from .plan import Plan, SourceDef
 from .resume import resume
 from .skips import parse_skips, skips_json, union
@@ -246,6 +247,12 @@ class StreamFacade:
         """(item index, item) for items first, first+stride, … (runs of `run`), below `stop`: how DataLoader
         workers split a rank's items. `fields` overrides the batch fields (adapters ship `tokens`)."""
         yield from self.engine.iter_units(first_unit, stride=stride, run=run, stop=stop, fields=fields)
+
+    @property
+    def packs_rows(self) -> bool:
+        """Whether some rows are packed (packing=, order='megatron'): their items always carry loss_mask,
+        position_ids and cu_seqlens, and row_identity per document piece instead of per row."""
+        return any(isinstance(s.windows, PackedWindows) for s in self.engine.plan.streams.values())
 
     def max_item_shape(self) -> tuple[int, int]:
         """(most rows in one item, widest token row) anywhere in the run: what a transfer buffer must hold."""

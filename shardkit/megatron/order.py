@@ -67,10 +67,7 @@ class MegatronPrefix:
             if not 0 <= self.shard < self.dataset.num_shards:
                 raise ConfigError(f"{self.dataset.path}: no shard {self.shard} ({self.dataset.num_shards} shards)")
             return self.shard
-        names = [s.name for s in self.dataset.shards]
-        if self.shard not in names:
-            raise ConfigError(f"{self.dataset.path}: no shard named {self.shard!r}; shards: {', '.join(names[:5])}...")
-        return names.index(self.shard)
+        return self.dataset.shard_position(self.shard)
 
     @property
     def doc_base(self) -> int:
@@ -83,8 +80,9 @@ class MegatronPrefix:
 
     @property
     def identity(self) -> dict[str, object]:
-        entry = self.dataset.manifest.shards[self.position]
-        return {"dataset": self.dataset.fingerprint, "shard": entry.name, "sequences": int(entry.num_docs)}
+        owner, _ = self.dataset.part_of(self.position)  # a union's shard is keyed as in its own dataset
+        entry = self.dataset.shards[self.position].entry
+        return {"dataset": owner.fingerprint, "shard": entry.name, "sequences": int(entry.num_docs)}
 
 
 def prefixes_of(dataset: Dataset) -> list[MegatronPrefix]:

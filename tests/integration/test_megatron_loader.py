@@ -172,3 +172,31 @@ def test_adopted_megatron_data_equals_megatron(tmp_path, seed, seq_len, size):
     later = (len(theirs) // 16 - 40) * 16
     loader.resume_from_megatron(later)
     _check_rank(loader, theirs, mbs=16, rank=0, world=1, consumed=later, steps=40)
+
+
+def test_blend_over_prefixes_of_several_datasets_equals_megatron(wiki, tmp_path):
+    """Megatron's --data-path over three directories — two of Megatron-written data, each adopted on its own,
+    and a shard of a shardkit-packed dataset — is one loader over the three datasets, prefixes named by
+    path: every rank's micro-batches equal megatron-core's, from the start and after a resume."""
+    prefixes = []
+    for name, n, seed in (("web_text_document", 300, 4), ("code_text_document", 200, 5)):
+        (tmp_path / name).mkdir()
+        _megatron_write(tmp_path / name / name, _docs(n, seed))
+        adopt([tmp_path / name / name], tmp_path / f"ds-{name}", checksum_block_size=4096)
+        prefixes.append((str(tmp_path / name / name), str(tmp_path / f"ds-{name}" / name)))
+    packed = wiki.shards[2].name
+    prefixes.append((str(wiki.path / packed), str(wiki.path / packed)))
+    weights, seed, seq_len, size, gbs = [0.5, 0.2, 0.3], 21, 72, 4_000, 8
+    theirs = _megatron([m for m, _ in prefixes], weights, size, tmp_path / "m", random_seed=seed,
+                       sequence_length=seq_len, split="98,2,0")
+    data = [tmp_path / "ds-web_text_document", tmp_path / "ds-code_text_document", wiki.path]
+    opts = {"num_samples": size, "prefixes": [p for _, p in prefixes], "weights": weights, "split": "98,2,0",
+            "path_to_cache": str(tmp_path / "s")}
+    for rank in range(2):
+        loader = Loader(data, seq_len=seq_len, seed=seed, batch_schedule=gbs, rank=rank, world_size=2,
+                        micro_batch_size=2, order="megatron", megatron=opts)
+        assert loader.num_samples == len(theirs)
+        _check_rank(loader, theirs, mbs=2, rank=rank, world=2, consumed=0, steps=50)
+        consumed = gbs * 300
+        loader.resume_from_megatron(consumed)
+        _check_rank(loader, theirs, mbs=2, rank=rank, world=2, consumed=consumed, steps=30)
