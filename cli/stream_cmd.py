@@ -239,16 +239,24 @@ def _megatron_options(ctx, order, samples, data_path, split, cache_dir, consumed
     out: dict = {"num_samples": samples, "split": split, "path_to_cache": cache_dir}
     if data_path is not None:
         words = data_path.split()
-        if len(words) % 2 or not words:
-            raise click.UsageError("--megatron-data-path: expected 'WEIGHT SHARD WEIGHT SHARD ...'")
-        try:
-            out["weights"] = [float(w) for w in words[0::2]]
-        except ValueError:
-            raise click.UsageError(f"--megatron-data-path: weights must be numbers, got {words[0::2]}") from None
-        out["prefixes"] = words[1::2]
-        if len(out["prefixes"]) == 1:
-            out["weights"] = None
+        if not words:
+            raise click.UsageError("--megatron-data-path: expected 'WEIGHT SHARD WEIGHT SHARD ...' or 'SHARD SHARD ...'")
+        weights = _numbers(words[0::2]) if len(words) % 2 == 0 else None
+        if weights is None:  # Megatron's weightless form: every word a prefix, weighted by its sample count
+            if _numbers(words[:1]) is not None:
+                raise click.UsageError("--megatron-data-path: expected 'WEIGHT SHARD WEIGHT SHARD ...' or "
+                                       "'SHARD SHARD ...'")
+            out["prefixes"], out["weights"] = words, None
+        else:
+            out["prefixes"], out["weights"] = words[1::2], weights if len(words) > 2 else None
     return out
+
+
+def _numbers(words: list[str]) -> list[float] | None:
+    try:
+        return [float(w) for w in words]
+    except ValueError:
+        return None
 
 
 def _run(loader, steps, workers, as_json) -> StreamReport:

@@ -23,8 +23,9 @@ class MegatronOptions:
     """What a Megatron-LM run's data arguments say, besides `--seq-length` and `--seed` (the loader's).
 
     `num_samples` is the size the builder was given for the split (`--train-samples`, or `--train-iters` ×
-    global batch size); `prefixes` the shards of the dataset in `--data-path` order (names or positions;
-    None: every shard); `weights` their `--data-path` weights (None with one prefix)."""
+    global batch size); `prefixes` the shards of the dataset in `--data-path` order (names, positions or
+    `DATASET_DIR/SHARD` paths; None: every shard); `weights` their `--data-path` weights (None: one prefix,
+    or Megatron's weightless blend `--data-path p1 p2`, weighted by each prefix's own sample count)."""
 
     num_samples: int
     prefixes: tuple[str | int, ...] | None = None
@@ -80,9 +81,6 @@ class MegatronOptions:
         prefixes = [MegatronPrefix(dataset, p) for p in names]
         for p in prefixes:
             p.position  # noqa: B018 - a missing shard is named here, at construction
-        if self.weights is None and len(prefixes) > 1:
-            raise ConfigError(f"megatron: {len(prefixes)} prefixes need weights (the --data-path weights); "
-                              "Megatron's weightless blend is not supported by the loader")
         config = MegatronConfig(sequence_length=seq_len, random_seed=seed, split=self.split,
                                 mid_level_dataset_surplus=self.mid_level_dataset_surplus,
                                 path_to_cache=self.path_to_cache)

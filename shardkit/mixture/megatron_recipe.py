@@ -11,7 +11,8 @@ seq_len: 4096                                # --seq-length
 batch: 1024                                  # --global-batch-size (or {ramp: {...}}: --rampup-batch-size)
 megatron:
   num_samples: 10M                           # --train-samples
-  data_path: [0.7, web, 0.3, code]           # --data-path, with source names for the prefixes, in order
+  data_path: [0.7, web, 0.3, code]           # --data-path with source names for the prefixes, in order
+                                             # (names alone: Megatron's weightless blend)
   split: 969,30,1                            # --split (and split_name: train | valid | test)
   cache_dir: /scratch/megatron-index         # --data-cache-path (where this machine keeps the indices)
 sources:
@@ -70,7 +71,8 @@ class MegatronRecipe:
     seq_len: int
     batch: BatchSchedule
     num_samples: int
-    blend: tuple[tuple[float, str], ...]  # (weight as written, source name), in --data-path order
+    # (weight as written, source name), in --data-path order; weights None: Megatron's weightless blend
+    blend: tuple[tuple[float | None, str], ...]
     sources: tuple[MegatronSource, ...]
     split: str = "1,0,0"
     split_name: str = "train"
@@ -87,7 +89,7 @@ class MegatronRecipe:
                 "batch": self.batch.to_json(),
                 "megatron": {"num_samples": self.num_samples, "split": self.split, "split_name": self.split_name,
                              "mid_level_dataset_surplus": self.mid_level_dataset_surplus,
-                             "data_path": [x for w, n in self.blend for x in (w, n)]},
+                             "data_path": [x for w, n in self.blend for x in ((w, n) if w is not None else (n,))]},
                 "sources": {s.name: {"path": s.path, **({"prefix": s.prefix} if s.prefix else {})}
                             for s in self.sources}}
 
@@ -108,7 +110,7 @@ class MegatronRecipe:
             if where not in datasets:
                 datasets.append(where)
             prefixes.append(f"{where}/{s.prefix}" if s.prefix else where)
-        weights = [w for w, _ in self.blend] if len(self.blend) > 1 else None
+        weights = [w for w, _ in self.blend] if len(self.blend) > 1 and self.blend[0][0] is not None else None
         megatron = {"num_samples": self.num_samples, "prefixes": prefixes, "weights": weights, "split": self.split,
                     "split_name": self.split_name, "mid_level_dataset_surplus": self.mid_level_dataset_surplus,
                     "path_to_cache": self.cache_dir}
@@ -178,32 +180,42 @@ def _sources(value: Any) -> tuple[MegatronSource, ...]:
     return tuple(out)
 
 
-def _data_path(value: Any, names: set[str]) -> tuple[tuple[float, str], ...]:
-    """Megatron's --data-path over source names: `[w1, name1, w2, name2, ...]` or the same as one string; a
-    single source may be named without a weight (or data_path left out)."""
+def _data_path(value: Any, names: set[str]) -> tuple[tuple[float | None, str], ...]:
+    """Megatron's --data-path over source names: `[w1, name1, w2, name2, ...]`, or names alone (Megatron's
+    weightless blend: each prefix weighted by its own sample count), as a list or one string; with one source
+    data_path may be left out."""
     where = "megatron.data_path"
     if value is None:
         if len(names) != 1:
             raise ConfigError(f"{where}: missing; with {len(names)} sources give [WEIGHT, SOURCE, ...] in "
                               "Megatron's --data-path order")
-        return ((1.0, next(iter(names))),)
+        return ((None, next(iter(names))),)
     words = value.split() if isinstance(value, str) else value
     if not isinstance(words, list) or not words:
         raise ConfigError(f"{where}: expected [WEIGHT, SOURCE, WEIGHT, SOURCE, ...], got {brief(value)}")
-    if len(words) == 1:
-        words = [1.0, *words]
-    if len(words) % 2:
-        raise ConfigError(f"{where}: expected WEIGHT SOURCE pairs, got {len(words)} items")
+    weighted = len(words) % 2 == 0 and all(_weight(w) is not None for w in words[0::2])
+    if not weighted:  # as Megatron reads it: an odd count, or a non-number where a weight would be
+        if _weight(words[0]) is not None:
+            raise ConfigError(f"{where}: expected WEIGHT SOURCE pairs (or source names alone), got {len(words)} "
+                              "items")
+        pairs = [(None, name, k) for k, name in enumerate(words)]
+    else:
+        pairs = [(_weight(words[k]), words[k + 1], k + 1) for k in range(0, len(words), 2)]
     out = []
-    for k in range(0, len(words), 2):
-        w, name = words[k], words[k + 1]
-        try:
-            weight = float(w) if not isinstance(w, bool) else math.nan
-        except (TypeError, ValueError):
-            weight = math.nan
-        if not math.isfinite(weight) or weight <= 0:
-            raise ConfigError(f"{where}[{k}]: weight must be a positive number, got {brief(w)}")
+    for weight, name, k in pairs:
+        if weight is not None and (not math.isfinite(weight) or weight <= 0):
+            raise ConfigError(f"{where}[{k - 1}]: weight must be a positive number, got {brief(words[k - 1])}")
         if name not in names:
-            raise ConfigError(f"{where}[{k + 1}]: unknown source {brief(name)} (sources: {', '.join(sorted(names))})")
+            raise ConfigError(f"{where}[{k}]: unknown source {brief(name)} (sources: {', '.join(sorted(names))})")
         out.append((weight, name))
     return tuple(out)
+
+
+def _weight(w: Any) -> float | None:
+    """A --data-path weight: a number (or its text); None for anything else."""
+    if isinstance(w, bool):
+        return None
+    try:
+        return float(w)
+    except (TypeError, ValueError):
+        return None

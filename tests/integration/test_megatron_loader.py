@@ -85,9 +85,10 @@ def _check_rank(loader, theirs, *, mbs, rank, world, consumed, steps):
 @pytest.mark.parametrize("weights,seed,seq_len,size,world,mbs,gbs", [
     ([0.5, 0.3, 0.2], 9, 64, 3_000, 2, 2, 8),      # 2 micro-steps per global batch per rank
     ([1.0, 5.0], 1234, 100, 2_000, 3, 1, 6),
+    (None, 17, 64, 4_000, 2, 2, 4),                 # `--data-path p1 p2 p3`: weighted by each prefix's samples
 ])
 def test_loader_ranks_equal_megatron_sampler(wiki, tmp_path, weights, seed, seq_len, size, world, mbs, gbs):
-    shards = [wiki.shards[i].name for i in range(len(weights))]
+    shards = [wiki.shards[i].name for i in range(len(weights or [0, 0, 0]))]
     theirs = _megatron([str(wiki.path / s) for s in shards], weights, size, tmp_path / "m", random_seed=seed,
                        sequence_length=seq_len, split="99,1,0")
     opts = {"num_samples": size, "prefixes": shards, "weights": weights, "split": "99,1,0",

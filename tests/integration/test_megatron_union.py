@@ -125,6 +125,28 @@ def test_the_recipe_round_trips_and_keeps_megatrons_weights(root):
     assert again.to_json() == r.to_json() and again.fingerprint() == r.fingerprint()
     swapped = read_recipe({**r.to_json(), "megatron": {**r.to_json()["megatron"], "data_path": [0.4, "a", 0.7, "b"]}})
     assert swapped.fingerprint() != r.fingerprint()  # the blend's dataset order is part of the stream
+    weightless = read_recipe({**r.to_json(), "megatron": {**r.to_json()["megatron"], "data_path": "b a"}})
+    assert weightless.blend == ((None, "b"), (None, "a")) and read_recipe(weightless.to_json()) == weightless
+    assert weightless.loader_args(root)[1]["megatron"]["weights"] is None
+
+
+def test_a_weightless_blend_from_the_recipe_and_the_command_line(root):
+    """Megatron's `--data-path p1 p2` (each prefix weighted by its own sample count), three ways."""
+    prefixes = _opts(root)["prefixes"]
+    direct = Loader([root / "web", root / "code", root / "single"], seq_len=SEQ, seed=7, batch_schedule=8,
+                    order="megatron", megatron=_opts(root, weights=None))
+    want = stream(direct, steps=20).digest
+    recipe = {"order": "megatron", "seed": 7, "seq_len": SEQ, "batch": 8,
+              "megatron": {"num_samples": 600, "data_path": ["w", "c", "s"]},
+              "sources": {"w": {"path": "web", "prefix": "shard-00003"}, "c": {"path": "code", "prefix": "shard-00001"},
+                          "s": {"path": "single"}}}
+    assert stream(Loader.from_recipe(recipe, base_dir=root), steps=20).digest == want
+    run = CliRunner().invoke(cli, ["stream", "--order", "megatron", "--megatron-samples", "600", "--megatron-data-path",
+                                   " ".join(prefixes), "--seq-len", str(SEQ), "--seed", "7", "--steps", "20", "--json"])
+    assert run.exit_code == 0, run.output
+    assert json.loads(run.output)["digest"] == want
+    # weights differ from the weighted blend's: another stream
+    assert stream(_loader(root), steps=20).digest != want
 
 
 @pytest.mark.parametrize("change,message", [
