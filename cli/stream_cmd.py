@@ -217,10 +217,12 @@ def megatron_flags(ctx, order, consumed, start_step, *, allowed=_MEGATRON_FLAGS)
 def _prefix_datasets(megatron) -> list[str]:
     """Without DATASET, the datasets of --megatron-data-path's prefixes (Megatron's `DIR/NAME` paths): each
     prefix's directory, or the prefix itself when it is a dataset directory (of one shard)."""
-    prefixes = (megatron or {}).get("prefixes") or []
+    if megatron is None:
+        raise click.UsageError("give either a DATASET directory or URL, or --recipe FILE")
+    prefixes = megatron.get("prefixes") or []
     if not prefixes or not all("/" in p for p in prefixes):
-        raise click.UsageError("give a DATASET, or --order megatron with --megatron-data-path prefixes as "
-                               "paths (DATASET_DIR/SHARD, as in Megatron's --data-path)")
+        raise click.UsageError("give a DATASET, or --megatron-data-path with the prefixes as paths "
+                               "(DATASET_DIR/SHARD, as in Megatron's --data-path)")
     out: list[str] = []
     for p in prefixes:
         where = p.rstrip("/") if (Path(p) / MANIFEST_NAME).is_file() else str(Path(p).parent)

@@ -177,14 +177,14 @@ class ReadVerifier:
             while attempts < tries:
                 self.counts["blocks_refetched"] += 1
                 check = b.check(g, self.mapper, own_thread=True, reread=True)
-                self.worker._count(check)
+                self.worker.count_hashed(check)
                 attempts += 1
                 if check.ok:
                     b.state[g] = GOOD
                     return True
         if check is None:
             check = b.check(g, self.mapper, own_thread=True)  # the digests and place, for the message
-            self.worker._count(check)
+            self.worker.count_hashed(check)
             if check.ok:  # the block changed since the worker read it (rewritten in place): take the new bytes
                 b.state[g] = GOOD
                 return True

@@ -211,12 +211,13 @@ class VerifyWorker:
             raise err
         if state in (UNKNOWN, QUEUED):  # never queued, or the thread stopped: hash it on this thread
             check = self.blocks[d].check(g, self.mapper, own_thread=True)
-            self._count(check)
+            self.count_hashed(check)
             st[g] = GOOD if check.ok else FAILED
             state = int(st[g])
         return state
 
-    def _count(self, check: BlockCheck) -> None:
+    def count_hashed(self, check: BlockCheck) -> None:
+        """Count a block hashed (by this thread, or a re-read on the loader's): the bytes verified metric."""
         self.hashed[0] += 1
         self.hashed[1] += check.byte_range[1] - check.byte_range[0]
 
@@ -240,7 +241,7 @@ class VerifyWorker:
                     self._errors[(d, g)] = e
             with self._cond:
                 if check is not None:
-                    self._count(check)
+                    self.count_hashed(check)
                 st[g] = new
                 self._cond.notify_all()
 

@@ -203,6 +203,6 @@ def test_what_a_union_refuses(root, tmp_path):
 def test_command_line_prefix_paths_need_no_dataset_argument_but_must_be_paths(root):
     run = CliRunner().invoke(cli, ["stream", "--order", "megatron", "--megatron-samples", "10",
                                    "--megatron-data-path", "1 shard-00000", "--json"])
-    assert run.exit_code == 2 and "prefixes as paths" in run.output
+    assert run.exit_code == 2 and "prefixes as paths" in run.output, run.output
     run = CliRunner().invoke(cli, ["stream", "--recipe", os.devnull, "--order", "megatron"])
     assert run.exit_code == 2
