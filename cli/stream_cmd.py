@@ -93,6 +93,8 @@ def _ramp(ctx, param, value):
               help="--order megatron: 'W1 SHARD1 W2 SHARD2 ...' as Megatron's --data-path, shards of DATASET "
                    "[default: every shard, one prefix needs no weight].")
 @click.option("--megatron-split", default="1,0,0", show_default=True, help="--order megatron: Megatron's --split.")
+@click.option("--megatron-split-name", type=click.Choice(["train", "valid", "test"]), default="train",
+              show_default=True, help="--order megatron: which split of --megatron-split to stream.")
 @click.option("--megatron-cache-dir", type=click.Path(file_okay=False), default=None,
               help="--order megatron: where the index arrays are kept (Megatron's --data-cache-path).")
 @click.option("--consumed-samples", type=click.IntRange(min=0), default=None,
@@ -107,8 +109,8 @@ def _ramp(ctx, param, value):
 @click.pass_context
 def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, shuffle, steps, start_step, rank,
                world_size, workers, max_epochs, cache_dir, cache_limit, packing, packing_cache_dir, balance_ranks,
-               micro_batch_size, order, megatron_samples, megatron_data_path, megatron_split, megatron_cache_dir,
-               consumed_samples, storage_options, skip, verify_on_read, on_corrupt, plot, as_json):
+               micro_batch_size, order, megatron_samples, megatron_data_path, megatron_split, megatron_split_name,
+               megatron_cache_dir, consumed_samples, storage_options, skip, verify_on_read, on_corrupt, plot, as_json):
     """Run the loader on DATASET (or a --recipe mixture) without a trainer; print tokens/s and a digest.
 
     DATASET is a dataset directory or a remote URL (s3://, gs://, az://, ...) streamed through a bounded
@@ -148,7 +150,7 @@ def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, sh
         if strict:
             raise click.UsageError("--strict applies to --recipe only")
         megatron = _megatron_options(ctx, order, megatron_samples, megatron_data_path, megatron_split,
-                                     megatron_cache_dir, consumed_samples, start_step)
+                                     megatron_split_name, megatron_cache_dir, consumed_samples, start_step)
         data = dataset if dataset is not None else _prefix_datasets(megatron)
         source = {"dataset": data}
         loader = Loader(data, seq_len=seq_len, seed=seed, batch_schedule=ramp or batch_size, shuffle=shuffle,
@@ -198,8 +200,8 @@ def _read_recipe(recipe, strict):
         return read_recipe(recipe, strict=strict)
 
 
-_MEGATRON_FLAGS = ("megatron_samples", "megatron_data_path", "megatron_split", "megatron_cache_dir",
-                   "consumed_samples")
+_MEGATRON_FLAGS = ("megatron_samples", "megatron_data_path", "megatron_split", "megatron_split_name",
+                   "megatron_cache_dir", "consumed_samples")
 
 
 def megatron_flags(ctx, order, consumed, start_step, *, allowed=_MEGATRON_FLAGS) -> None:
@@ -231,14 +233,15 @@ def _prefix_datasets(megatron) -> list[str]:
     return out
 
 
-def _megatron_options(ctx, order, samples, data_path, split, cache_dir, consumed, start_step) -> dict | None:
+def _megatron_options(ctx, order, samples, data_path, split, split_name, cache_dir, consumed, start_step
+                      ) -> dict | None:
     """The loader's megatron= options from the --megatron-* flags (a usage error where they do not apply)."""
     megatron_flags(ctx, order, consumed, start_step)
     if order != "megatron":
         return None
     if samples is None:
         raise click.UsageError("--order megatron needs --megatron-samples (Megatron's --train-samples)")
-    out: dict = {"num_samples": samples, "split": split, "path_to_cache": cache_dir}
+    out: dict = {"num_samples": samples, "split": split, "split_name": split_name, "path_to_cache": cache_dir}
     if data_path is not None:
         words = data_path.split()
         if not words:

@@ -33,6 +33,9 @@ class MegatronOptions:
     split: str = "1,0,0"
     split_name: str = "train"
     mid_level_dataset_surplus: float = DEFAULT_SURPLUS
+    # the valid split's last partial sample: dropped (Megatron's default), or kept, padded with token 0 and
+    # loss_mask 0 as GPTDataset's item pads it
+    drop_last_partial_validation_sequence: bool = True
     path_to_cache: str | os.PathLike[str] | None = None
 
     def __post_init__(self) -> None:
@@ -46,6 +49,9 @@ class MegatronOptions:
         if self.weights is not None:
             object.__setattr__(self, "weights", tuple(float(w) for w in self.weights))
             normalize_weights(self.weights)
+        if not isinstance(self.drop_last_partial_validation_sequence, bool):
+            raise ConfigError(f"megatron.drop_last_partial_validation_sequence must be True or False, got "
+                              f"{self.drop_last_partial_validation_sequence!r}")
         if self.split_name not in Split.__members__:
             raise ConfigError(f"megatron.split_name must be one of train, valid, test, got {self.split_name!r}")
         split_matrix(self.split)
@@ -70,7 +76,9 @@ class MegatronOptions:
         return {"num_samples": self.num_samples, "prefixes": None if self.prefixes is None else list(self.prefixes),
                 "weights": None if self.weights is None else list(self.weights), "split": self.split,
                 "split_name": self.split_name, "mid_level_dataset_surplus": self.mid_level_dataset_surplus,
-                "megatron_core": MEGATRON_CORE_VERSION}
+                "megatron_core": MEGATRON_CORE_VERSION,
+                # (recorded only when not Megatron's default, so the definitions of default runs stay as they were)
+                **({} if self.drop_last_partial_validation_sequence else {"drop_last_partial_validation_sequence": False})}
 
     def build(self, dataset: Dataset, seq_len: int, seed: int) -> GPTOrder | BlendOrder:
         """The order over `dataset`'s shards; its samples are seq_len + 1 tokens (add_extra_token_to_sequence)."""
@@ -83,6 +91,7 @@ class MegatronOptions:
             p.position  # noqa: B018 - a missing shard is named here, at construction
         config = MegatronConfig(sequence_length=seq_len, random_seed=seed, split=self.split,
                                 mid_level_dataset_surplus=self.mid_level_dataset_surplus,
+                                drop_last_partial_validation_sequence=self.drop_last_partial_validation_sequence,
                                 path_to_cache=self.path_to_cache)
         return build_order(prefixes, self.weights if len(prefixes) > 1 else None, self.num_samples,
                            Split[self.split_name], config)

@@ -13,7 +13,8 @@ megatron:
   num_samples: 10M                           # --train-samples
   data_path: [0.7, web, 0.3, code]           # --data-path with source names for the prefixes, in order
                                              # (names alone: Megatron's weightless blend)
-  split: 969,30,1                            # --split (and split_name: train | valid | test)
+  split: 969,30,1                            # --split (and split_name: train | valid | test,
+                                             # drop_last_partial_validation_sequence: true | false)
   cache_dir: /scratch/megatron-index         # --data-cache-path (where this machine keeps the indices)
 sources:
   web: {path: data/web, prefix: web_text_document}   # prefix: a shard of the dataset
@@ -46,7 +47,8 @@ from .sources import resolve_source
 __all__ = ["MegatronRecipe", "MegatronSource", "read_recipe"]
 
 _TOP = ("version", "order", "seed", "seq_len", "batch", "megatron", "sources", "skip")
-_MEGATRON = ("num_samples", "data_path", "split", "split_name", "mid_level_dataset_surplus", "cache_dir")
+_MEGATRON = ("num_samples", "data_path", "split", "split_name", "mid_level_dataset_surplus",
+             "drop_last_partial_validation_sequence", "cache_dir")
 _SOURCE = ("path", "prefix")
 _ELSEWHERE = {"phases": "a Megatron run has one blend: give seq_len and batch at the top level and the weights "
                         "in megatron.data_path",
@@ -77,6 +79,7 @@ class MegatronRecipe:
     split: str = "1,0,0"
     split_name: str = "train"
     mid_level_dataset_surplus: float = DEFAULT_SURPLUS
+    drop_last_partial_validation_sequence: bool = True
     cache_dir: str | None = None
     skip: tuple[tuple[int, int], ...] = ()
 
@@ -89,6 +92,7 @@ class MegatronRecipe:
                 "batch": self.batch.to_json(),
                 "megatron": {"num_samples": self.num_samples, "split": self.split, "split_name": self.split_name,
                              "mid_level_dataset_surplus": self.mid_level_dataset_surplus,
+                             "drop_last_partial_validation_sequence": self.drop_last_partial_validation_sequence,
                              "data_path": [x for w, n in self.blend for x in ((w, n) if w is not None else (n,))]},
                 "sources": {s.name: {"path": s.path, **({"prefix": s.prefix} if s.prefix else {})}
                             for s in self.sources}}
@@ -113,6 +117,7 @@ class MegatronRecipe:
         weights = [w for w, _ in self.blend] if len(self.blend) > 1 and self.blend[0][0] is not None else None
         megatron = {"num_samples": self.num_samples, "prefixes": prefixes, "weights": weights, "split": self.split,
                     "split_name": self.split_name, "mid_level_dataset_surplus": self.mid_level_dataset_surplus,
+                    "drop_last_partial_validation_sequence": self.drop_last_partial_validation_sequence,
                     "path_to_cache": self.cache_dir}
         fields = {"seq_len": self.seq_len, "seed": self.seed, "batch_schedule": self.batch, "order": "megatron",
                   "megatron": megatron}
@@ -150,6 +155,9 @@ def _megatron_recipe(data: Mapping[str, Any], origin: str | None) -> MegatronRec
     surplus = m.get("mid_level_dataset_surplus", DEFAULT_SURPLUS)
     if isinstance(surplus, bool) or not isinstance(surplus, (int, float)) or not math.isfinite(surplus) or surplus < 0:
         raise ConfigError(f"megatron.mid_level_dataset_surplus: expected a number ≥ 0, got {brief(surplus)}")
+    keep = m.get("drop_last_partial_validation_sequence", True)
+    if not isinstance(keep, bool):
+        raise ConfigError(f"megatron.drop_last_partial_validation_sequence: expected true or false, got {brief(keep)}")
     text = {}
     for key, default in (("split", "1,0,0"), ("split_name", "train"), ("cache_dir", None)):
         value = m.get(key, default)
@@ -158,7 +166,8 @@ def _megatron_recipe(data: Mapping[str, Any], origin: str | None) -> MegatronRec
         text[key] = value
     return MegatronRecipe(seed=seed, seq_len=seq_len, batch=batch, num_samples=num_samples, blend=blend,
                           sources=sources, split=text["split"], split_name=text["split_name"],
-                          mid_level_dataset_surplus=float(surplus), cache_dir=text["cache_dir"],
+                          mid_level_dataset_surplus=float(surplus), drop_last_partial_validation_sequence=keep,
+                          cache_dir=text["cache_dir"],
                           skip=parse_skips(top.get("skip"), "skip"))
 
 

@@ -201,3 +201,35 @@ def test_blend_over_prefixes_of_several_datasets_equals_megatron(wiki, tmp_path)
         consumed = gbs * 300
         loader.resume_from_megatron(consumed)
         _check_rank(loader, theirs, mbs=2, rank=rank, world=2, consumed=consumed, steps=30)
+
+
+@pytest.mark.parametrize("seq_len", [61, 97])
+def test_valid_split_keeping_the_partial_last_sample_equals_megatron(wiki, tmp_path, seq_len):
+    """`drop_last_partial_validation_sequence=False` on the valid split: every sample, the padded last one
+    included, equals megatron-core's item — pads as token 0 with loss_mask 0 (GPTDataset.__getitem__)."""
+    path = str(wiki.path / wiki.shards[1].name)
+    config = mgpt.GPTDatasetConfig(blend=([path], None), path_to_cache=str(tmp_path / "m"), tokenizer=_Tokenizer(),
+                                   reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False,
+                                   random_seed=8, sequence_length=seq_len, split="80,20,0",
+                                   drop_last_partial_validation_sequence=False)
+    theirs = mbuilder.BlendedMegatronDatasetBuilder(mgpt.GPTDataset, [10, 300, 0], lambda: True, config).build()[1]
+    texts = [_text(theirs, i) for i in range(len(theirs))]
+    assert any((t < 0).any() for t in texts), "no padded sample: pick another seq_len"
+    loader = Loader(wiki, seq_len=seq_len, seed=8, batch_schedule=1, order="megatron",
+                    megatron={"num_samples": 300, "prefixes": [wiki.shards[1].name], "split": "80,20,0",
+                              "split_name": "valid", "drop_last_partial_validation_sequence": False})
+    assert loader.num_batches() == len(texts)
+    for i, (item, text) in enumerate(zip(loader, texts, strict=True)):
+        item_theirs = theirs[i] if (text < 0).any() else None
+        np.testing.assert_array_equal(item["input_ids"][0], np.where(text[:-1] < 0, 0, text[:-1]))
+        np.testing.assert_array_equal(item["labels"][0], np.where(text[1:] < 0, 0, text[1:]))
+        np.testing.assert_array_equal(item["loss_mask"][0], (text[1:] >= 0).astype(np.float32))
+        if item_theirs is not None:  # megatron-core's own item for the padded sample
+            np.testing.assert_array_equal(item["input_ids"][0], item_theirs["tokens"].numpy())
+            np.testing.assert_array_equal(item["loss_mask"][0], item_theirs["loss_mask"].numpy())
+    dropped = Loader(wiki, seq_len=seq_len, seed=8, batch_schedule=1, order="megatron",
+                     megatron={"num_samples": 300, "prefixes": [wiki.shards[1].name], "split": "80,20,0",
+                               "split_name": "valid"})
+    assert dropped.num_batches() == len(texts) - 1  # Megatron's default drops it
+    assert "drop_last_partial_validation_sequence" in loader.stream_config()["order"]
+    assert "drop_last_partial_validation_sequence" not in dropped.stream_config()["order"]

@@ -128,6 +128,10 @@ def test_the_recipe_round_trips_and_keeps_megatrons_weights(root):
     weightless = read_recipe({**r.to_json(), "megatron": {**r.to_json()["megatron"], "data_path": "b a"}})
     assert weightless.blend == ((None, "b"), (None, "a")) and read_recipe(weightless.to_json()) == weightless
     assert weightless.loader_args(root)[1]["megatron"]["weights"] is None
+    keep = read_recipe({**r.to_json(), "megatron": {**r.to_json()["megatron"], "split_name": "valid",
+                                                    "drop_last_partial_validation_sequence": False}})
+    assert keep.loader_args(root)[1]["megatron"]["drop_last_partial_validation_sequence"] is False
+    assert keep.fingerprint() != r.fingerprint()
 
 
 def test_a_weightless_blend_from_the_recipe_and_the_command_line(root):
