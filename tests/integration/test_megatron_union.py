@@ -6,6 +6,7 @@ ways of naming a blend to each other, and check what is refused."""
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from support.mixtures import make_sources
 
 from cli.main import cli
 from shardkit import Loader
-from shardkit.errors import ConfigError, ResumeError
+from shardkit.errors import ConfigError, IntegrityError, ResumeError
 from shardkit.format import open_dataset
 from shardkit.format.union import DatasetUnion
 from shardkit.loader import MixtureLoader
@@ -210,3 +211,25 @@ def test_command_line_prefix_paths_need_no_dataset_argument_but_must_be_paths(ro
     assert run.exit_code == 2 and "prefixes as paths" in run.output, run.output
     run = CliRunner().invoke(cli, ["stream", "--recipe", os.devnull, "--order", "megatron"])
     assert run.exit_code == 2
+
+
+def test_verify_on_read_names_the_damaged_shard_of_its_own_dataset(root, tmp_path):
+    """verify_on_read over a blend of two datasets: a flipped byte in the second dataset's shard stops the
+    run naming that shard's file and that dataset's verify command; without the damage the same run passes."""
+    for n in ("web", "code"):
+        shutil.copytree(root / n, tmp_path / n)
+    prefixes = [str(tmp_path / "web" / "shard-00002"), str(tmp_path / "code" / "shard-00004")]
+
+    def run():
+        loader = Loader([tmp_path / "web", tmp_path / "code"], seq_len=SEQ, seed=2, batch_schedule=8,
+                        order="megatron", verify_on_read=True,
+                        megatron={"num_samples": 200, "prefixes": prefixes, "weights": [0.5, 0.5]})
+        return stream(loader)
+    assert run().batches == 25
+    f = tmp_path / "code" / "shard-00004.bin"
+    raw = bytearray(f.read_bytes())
+    raw[10] ^= 0x40
+    f.write_bytes(bytes(raw))
+    with pytest.raises(IntegrityError) as e:
+        run()
+    assert str(f) in str(e.value) and f"shardkit verify --full {tmp_path / 'code'}" in str(e.value)
