@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import json
 import warnings
+from pathlib import Path
 
 import click
 from click.core import ParameterSource
 
 from shardkit.engine.accounting_plot import write_accounting_plot
 from shardkit.engine.packing_report import packing_report
+from shardkit.format import MANIFEST_NAME
 from shardkit.loader import Loader, MixtureLoader
 from shardkit.mixture import RecipeWarning
+from shardkit.mixture.megatron_recipe import read_recipe
+from shardkit.mixture.recipe import Recipe
 from shardkit.order import Ramp
 from shardkit.stream import StreamReport, stream
 from shardkit.units import human_count
@@ -32,7 +36,7 @@ from .options import (
 )
 from .progress import StatusLine
 
-_LOADER_ONLY = ("seq_len", "batch_size", "ramp", "seed", "shuffle", "max_epochs", "packing")  # the recipe sets these
+_LOADER_ONLY = ("seq_len", "batch_size", "ramp", "seed", "shuffle", "max_epochs", "packing", "order")  # the recipe sets these
 
 
 def _ramp(ctx, param, value):
@@ -93,6 +97,8 @@ def _ramp(ctx, param, value):
               help="--order megatron: 'W1 SHARD1 W2 SHARD2 ...' as Megatron's --data-path, shards of DATASET "
                    "[default: every shard, one prefix needs no weight].")
 @click.option("--megatron-split", default="1,0,0", show_default=True, help="--order megatron: Megatron's --split.")
+@click.option("--megatron-split-name", type=click.Choice(["train", "valid", "test"]), default="train",
+              show_default=True, help="--order megatron: which split of --megatron-split to stream.")
 @click.option("--megatron-cache-dir", type=click.Path(file_okay=False), default=None,
               help="--order megatron: where the index arrays are kept (Megatron's --data-cache-path).")
 @click.option("--consumed-samples", type=click.IntRange(min=0), default=None,
@@ -107,41 +113,56 @@ def _ramp(ctx, param, value):
 @click.pass_context
 def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, shuffle, steps, start_step, rank,
                world_size, workers, max_epochs, cache_dir, cache_limit, packing, packing_cache_dir, balance_ranks,
-               micro_batch_size, order, megatron_samples, megatron_data_path, megatron_split, megatron_cache_dir,
-               consumed_samples, storage_options, skip, verify_on_read, on_corrupt, plot, as_json):
+               micro_batch_size, order, megatron_samples, megatron_data_path, megatron_split, megatron_split_name,
+               megatron_cache_dir, consumed_samples, storage_options, skip, verify_on_read, on_corrupt, plot, as_json):
     """Run the loader on DATASET (or a --recipe mixture) without a trainer; print tokens/s and a digest.
 
     DATASET is a dataset directory or a remote URL (s3://, gs://, az://, ...) streamed through a bounded
-    local block cache.
+    local block cache. With --order megatron, DATASET may be left out when --megatron-data-path names its
+    prefixes as paths (DATASET_DIR/SHARD, as Megatron's --data-path does): the blend then reads the shards
+    of every dataset it names. A recipe with `order: megatron` streams its Megatron blend the same way.
     """
-    if (dataset is None) == (recipe is None):
+    if dataset is not None and recipe is not None:
         raise click.UsageError("give either a DATASET directory or URL, or --recipe FILE (not both)")
     if plot is not None and not plot.lower().endswith(".png"):
         raise click.UsageError(f"--plot {plot}: write a .png file")
     remote = dataset is not None and check_dataset_arg(dataset, cache_dir, cache_limit, storage_options)
+    read = {"rank": rank, "world_size": world_size, "cache_dir": cache_dir, "cache_limit": cache_limit,
+            "storage_options": storage_options, "skip": skip, "verify_on_read": verify_on_read,
+            "on_corrupt": on_corrupt}
+    if ctx.meta.get("packing_store"):  # --packing-store
+        read["packing_store"] = True
     if recipe is not None:
         given = [n for n in _LOADER_ONLY if ctx.get_parameter_source(n) is ParameterSource.COMMANDLINE]
         if given:
             flag = "--" + {"batch_size": "batch"}.get(given[0], given[0]).replace("_", "-")
             raise click.UsageError(f"{flag} does not apply with --recipe: the recipe sets it")
-        _stream_recipe(recipe, strict=strict, steps=steps, start_step=start_step, rank=rank,
-                       world_size=world_size, workers=workers, as_json=as_json, cache_dir=cache_dir,
-                       cache_limit=cache_limit, storage_options=storage_options,
-                       packing_cache_dir=packing_cache_dir, balance_ranks=balance_ranks, skip=skip,
-                       verify_on_read=verify_on_read, on_corrupt=on_corrupt, plot=plot,
-                       packing_store=ctx.meta.get("packing_store", False))
-        return
-    if strict:
-        raise click.UsageError("--strict applies to --recipe only")
-    megatron = _megatron_options(ctx, order, megatron_samples, megatron_data_path, megatron_split,
-                                 megatron_cache_dir, consumed_samples, start_step)
-    loader = Loader(dataset, seq_len=seq_len, seed=seed, batch_schedule=ramp or batch_size, shuffle=shuffle,
-                    rank=rank, world_size=world_size, max_epochs=max_epochs, cache_dir=cache_dir,
-                    cache_limit=cache_limit, storage_options=storage_options, packing=packing,
-                    packing_cache_dir=packing_cache_dir, balance_ranks=balance_ranks, skip=skip,
-                    verify_on_read=verify_on_read, on_corrupt=on_corrupt,
-                    micro_batch_size=micro_batch_size, order=order, megatron=megatron,
-                    packing_store=ctx.meta.get("packing_store", False))
+        parsed = _read_recipe(recipe, strict)
+        if isinstance(parsed, Recipe):
+            megatron_flags(ctx, "shardkit", consumed_samples, start_step)
+            _stream_recipe(recipe, strict=strict, steps=steps, start_step=start_step, workers=workers,
+                           as_json=as_json, packing_cache_dir=packing_cache_dir, balance_ranks=balance_ranks,
+                           plot=plot, **read)
+            return
+        # order: megatron — one Megatron blend, streamed by the dataset loader
+        megatron_flags(ctx, "megatron", consumed_samples, start_step, allowed=("consumed_samples",))
+        if read["skip"] and parsed.skip:
+            raise click.UsageError("--skip: the recipe has its own skip list; give the ranges in one place")
+        if not read["skip"]:
+            del read["skip"]
+        loader = Loader.from_recipe(recipe, micro_batch_size=micro_batch_size, **read)
+        source = {"recipe": recipe, "fingerprint": parsed.fingerprint()}
+    else:
+        if strict:
+            raise click.UsageError("--strict applies to --recipe only")
+        megatron = _megatron_options(ctx, order, megatron_samples, megatron_data_path, megatron_split,
+                                     megatron_split_name, megatron_cache_dir, consumed_samples, start_step)
+        data = dataset if dataset is not None else _prefix_datasets(megatron)
+        source = {"dataset": data}
+        loader = Loader(data, seq_len=seq_len, seed=seed, batch_schedule=ramp or batch_size, shuffle=shuffle,
+                        max_epochs=max_epochs, packing=packing, packing_cache_dir=packing_cache_dir,
+                        balance_ranks=balance_ranks, micro_batch_size=micro_batch_size, order=order,
+                        megatron=megatron, **read)
     if start_step:
         loader.load_state_dict(loader.state_at(start_step))
     if consumed_samples:
@@ -149,7 +170,7 @@ def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, sh
     packed = packing_report(loader, world_size=world_size, batches=min(steps, 256)) if packing != "window" \
         else None
     report = _run(loader, steps, workers, as_json)
-    out = {"dataset": dataset, **_common(report, rank, world_size, workers),
+    out = {**source, **_common(report, rank, world_size, workers),
            "state_after": loader.state_at(report.last_batch + 1) if report.batches else None}
     if plot is not None:
         write_accounting_plot(loader, report.last_batch + 1 if report.batches else loader.step, plot)
@@ -179,31 +200,74 @@ def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, sh
     click.echo(f"  digest {report.digest}")
 
 
-def _megatron_options(ctx, order, samples, data_path, split, cache_dir, consumed, start_step) -> dict | None:
+def _read_recipe(recipe, strict):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RecipeWarning)  # MixtureLoader reads it again and reports them
+        return read_recipe(recipe, strict=strict)
+
+
+_MEGATRON_FLAGS = ("megatron_samples", "megatron_data_path", "megatron_split", "megatron_split_name",
+                   "megatron_cache_dir", "consumed_samples")
+
+
+def megatron_flags(ctx, order, consumed, start_step, *, allowed=_MEGATRON_FLAGS) -> None:
+    """Usage errors for --megatron-* flags given where they do not apply."""
+    given = [n for n in _MEGATRON_FLAGS if ctx.get_parameter_source(n) is ParameterSource.COMMANDLINE]
+    if order != "megatron" and given:
+        raise click.UsageError(f"--{given[0].replace('_', '-')} applies to --order megatron only")
+    refused = [n for n in given if n not in allowed]
+    if refused:
+        raise click.UsageError(f"--{refused[0].replace('_', '-')} does not apply with --recipe: the recipe sets it")
+    if consumed is not None and start_step:
+        raise click.UsageError("give --consumed-samples or --start-step, not both")
+
+
+def _prefix_datasets(megatron) -> list[str]:
+    """Without DATASET, the datasets of --megatron-data-path's prefixes (Megatron's `DIR/NAME` paths): each
+    prefix's directory, or the prefix itself when it is a dataset directory (of one shard)."""
+    if megatron is None:
+        raise click.UsageError("give either a DATASET directory or URL, or --recipe FILE")
+    prefixes = megatron.get("prefixes") or []
+    if not prefixes or not all("/" in p for p in prefixes):
+        raise click.UsageError("give a DATASET, or --megatron-data-path with the prefixes as paths "
+                               "(DATASET_DIR/SHARD, as in Megatron's --data-path)")
+    out: list[str] = []
+    for p in prefixes:
+        where = p.rstrip("/") if (Path(p) / MANIFEST_NAME).is_file() else str(Path(p).parent)
+        if where not in out:
+            out.append(where)
+    return out
+
+
+def _megatron_options(ctx, order, samples, data_path, split, split_name, cache_dir, consumed, start_step
+                      ) -> dict | None:
     """The loader's megatron= options from the --megatron-* flags (a usage error where they do not apply)."""
-    names = ("megatron_samples", "megatron_data_path", "megatron_split", "megatron_cache_dir", "consumed_samples")
-    given = [n for n in names if ctx.get_parameter_source(n) is ParameterSource.COMMANDLINE]
+    megatron_flags(ctx, order, consumed, start_step)
     if order != "megatron":
-        if given:
-            raise click.UsageError(f"--{given[0].replace('_', '-')} applies to --order megatron only")
         return None
     if samples is None:
         raise click.UsageError("--order megatron needs --megatron-samples (Megatron's --train-samples)")
-    if consumed is not None and start_step:
-        raise click.UsageError("give --consumed-samples or --start-step, not both")
-    out: dict = {"num_samples": samples, "split": split, "path_to_cache": cache_dir}
+    out: dict = {"num_samples": samples, "split": split, "split_name": split_name, "path_to_cache": cache_dir}
     if data_path is not None:
         words = data_path.split()
-        if len(words) % 2 or not words:
-            raise click.UsageError("--megatron-data-path: expected 'WEIGHT SHARD WEIGHT SHARD ...'")
-        try:
-            out["weights"] = [float(w) for w in words[0::2]]
-        except ValueError:
-            raise click.UsageError(f"--megatron-data-path: weights must be numbers, got {words[0::2]}") from None
-        out["prefixes"] = words[1::2]
-        if len(out["prefixes"]) == 1:
-            out["weights"] = None
+        if not words:
+            raise click.UsageError("--megatron-data-path: expected 'WEIGHT SHARD WEIGHT SHARD ...' or 'SHARD SHARD ...'")
+        weights = _numbers(words[0::2]) if len(words) % 2 == 0 else None
+        if weights is None:  # Megatron's weightless form: every word a prefix, weighted by its sample count
+            if _numbers(words[:1]) is not None:
+                raise click.UsageError("--megatron-data-path: expected 'WEIGHT SHARD WEIGHT SHARD ...' or "
+                                       "'SHARD SHARD ...'")
+            out["prefixes"], out["weights"] = words, None
+        else:
+            out["prefixes"], out["weights"] = words[1::2], weights if len(words) > 2 else None
     return out
+
+
+def _numbers(words: list[str]) -> list[float] | None:
+    try:
+        return [float(w) for w in words]
+    except ValueError:
+        return None
 
 
 def _run(loader, steps, workers, as_json) -> StreamReport:
@@ -244,6 +308,7 @@ def packing_lines(p: dict) -> str:
 def _stream_recipe(recipe, *, strict, steps, start_step, rank, world_size, workers, as_json, cache_dir=None,
                    cache_limit=None, storage_options=None, packing_cache_dir=None, balance_ranks=False,
                    skip=(), verify_on_read=False, on_corrupt="raise", plot=None, packing_store=False) -> None:
+    """A mixture recipe: the stream, then what each source gave against the recipe."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RecipeWarning)
         loader = MixtureLoader(recipe, strict=strict, rank=rank, world_size=world_size, cache_dir=cache_dir,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,10 +36,12 @@ from .engine.state import SINGLE_SOURCE
 from .engine.windows import Windows
 from .errors import ConfigError, ResumeError
 from .format import Dataset
+from .format.union import DatasetUnion
 from .megatron.options import MegatronOptions
 from .megatron.order import BlendOrder, GPTOrder
+from .mixture.megatron_recipe import read_recipe
 from .mixture.phases import Phase, PhasePlan
-from .mixture.recipe import MixtureWarning, Recipe, load_recipe
+from .mixture.recipe import MixtureWarning, Recipe, RecipeWarning, load_recipe
 from .mixture.sources import open_sources
 from .order import BatchSchedule, ShuffleMode, parse_schedule
 from .order._checks import positive_int
@@ -137,19 +139,47 @@ class Loader(StreamFacade):
 
     _kind = "dataset"
 
-    def __init__(self, data: str | os.PathLike[str] | Dataset, config: LoaderConfig | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(self, data: str | os.PathLike[str] | Dataset | Sequence[str | os.PathLike[str] | Dataset],
+                 config: LoaderConfig | None = None, **kwargs: Any) -> None:
+        """`data`: a dataset (directory, URL or opened); with order='megatron', a list of local datasets whose
+        shards are the blend's data prefixes (a Megatron `--data-path` over several directories)."""
         self.config: LoaderConfig = build_config(LoaderConfig, config, kwargs)
+        self.dataset = self._open_data(data)
         c = self.config
-        self.dataset = data if isinstance(data, Dataset) else open_any(
-            data, cache_dir=c.cache_dir, cache_limit=c.cache_limit, storage_options=c.storage_options,
-            check_files=False)
         self._start(Placement.resolve(c.rank, c.world_size, c.micro_batch_size))
 
+    def _open_data(self, data: Any) -> Dataset:
+        c = self.config
+        if isinstance(data, (list, tuple)):
+            if c.order != "megatron":
+                raise ConfigError("a list of datasets is a Megatron blend over their shards (order='megatron'); "
+                                  "to mix datasets by weight in shardkit's order use MixtureLoader with a recipe")
+            parts = [self._open_data(d) for d in data]
+            return parts[0] if len(parts) == 1 else DatasetUnion(parts)
+        if isinstance(data, Dataset):
+            return data
+        return open_any(data, cache_dir=c.cache_dir, cache_limit=c.cache_limit, storage_options=c.storage_options,
+                        check_files=False)
+
     @classmethod
-    def from_recipe(cls, recipe: Any, **kwargs: Any) -> MixtureLoader:
-        """A `MixtureLoader` over a recipe (YAML/TOML/JSON path, dict or Recipe): see docs/mixtures.md."""
-        return MixtureLoader(recipe, **kwargs)
+    def from_recipe(cls, recipe: Any, **kwargs: Any) -> Loader | MixtureLoader:
+        """A loader over a recipe (YAML/TOML/JSON path, dict, Recipe or MegatronRecipe): a `MixtureLoader`
+        (docs/mixtures.md), or for `order: megatron` the `Loader` of that Megatron blend (docs/megatron.md).
+        `kwargs`: how this process reads (rank, world_size, ...; `base_dir` for relative source paths)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RecipeWarning)  # a mixture's MixtureLoader reads it again and says them
+            parsed = read_recipe(recipe, strict=bool(kwargs.get("strict", False)))
+        if isinstance(parsed, Recipe):
+            return MixtureLoader(recipe if isinstance(recipe, (str, os.PathLike)) else parsed, **kwargs)
+        base = kwargs.pop("base_dir", None)
+        kwargs.pop("strict", None)
+        base_dir = Path(base).resolve() if base is not None else \
+            (Path(recipe).resolve().parent if isinstance(recipe, (str, os.PathLike)) else Path.cwd())
+        data, fields = parsed.loader_args(base_dir)
+        clash = sorted(set(fields) & set(kwargs))
+        if clash:
+            raise ConfigError(f"{clash[0]} is set by the recipe; drop it from the loader's arguments")
+        return cls(data, **fields, **kwargs)
 
     @property
     def megatron_order(self) -> GPTOrder | BlendOrder | None:
@@ -212,14 +242,13 @@ class Loader(StreamFacade):
 
     def _pickle_args(self) -> dict[str, Any]:
         ds = self.dataset
-        where = ds.url if isinstance(ds, RemoteDataset) else str(ds.path)
+        where: str | list[str] = [str(d.path) for d in ds.parts] if isinstance(ds, DatasetUnion) else \
+            ds.url if isinstance(ds, RemoteDataset) else str(ds.path)
         return {"data": where, "config": self.config}
 
     def _unpickle_args(self, args: dict[str, Any]) -> None:
         self.config = args["config"]
-        c = self.config
-        self.dataset = open_any(args["data"], cache_dir=c.cache_dir, cache_limit=c.cache_limit,
-                                storage_options=c.storage_options, check_files=False)
+        self.dataset = self._open_data(args["data"])
 
     # -- what the single-dataset loader has always shown ---------------------------------------------------------
     @property
@@ -265,7 +294,11 @@ class Loader(StreamFacade):
                "schedule": self.schedule.to_json(), "budget_samples": self.budget_samples}
         if c.order == "megatron":  # shardkit's order keeps the definition (and fingerprint) it had
             assert isinstance(c.megatron, MegatronOptions)
-            out["order"] = {"kind": "megatron", **c.megatron.to_json()}
+            order = {"kind": "megatron", **c.megatron.to_json()}
+            if order["prefixes"] is not None:  # a prefix named by path is recorded as its shard's position
+                order["prefixes"] = [self.dataset.shard_position(p) if isinstance(p, str) and "/" in p else p
+                                     for p in order["prefixes"]]
+            out["order"] = order
         if c.packing is not PackingStrategy.WINDOW:  # windows keep the definition (and fingerprint) they had
             spec = PackSpec(strategy=c.packing, seq_len=c.seq_len)  # type: ignore[arg-type]
             out["packing"] = {"strategy": c.packing.value, "group_tokens": spec.group_tokens}  # type: ignore[union-attr]

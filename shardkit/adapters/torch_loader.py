@@ -63,10 +63,10 @@ class _Layout:
 
     def __init__(self, loader: Loader | MixtureLoader, token_dtype: np.dtype, group: int) -> None:
         f = loader.config.fields
+        packed = loader.packs_rows  # packed rows always carry the document fields
         rows, width = loader.max_item_shape()
         rows *= group
         sizes = [rows * width * token_dtype.itemsize]
-        packed = loader.packs_rows  # packed rows carry their fields whatever `fields` asks for
         if f.position_ids or packed:
             sizes.append(rows * (width - 1) * 8)
         if f.loss_mask or packed:
@@ -75,8 +75,8 @@ class _Layout:
             sizes.append(rows * width * 4)
         if loader.labels_sources:
             sizes.append(rows * 8)  # the source of every row
-        if f.row_identity:
-            sizes += [rows * 8] * 3  # source_id, doc_id, token_offset
+        if f.row_identity:  # per row: source_id, doc_id, token_offset; packed: six per document piece
+            sizes += [rows * width * 8] * 6 if packed else [rows * 8] * 3
         # a group splits into at most `group` runs of one shape, each field of a run aligned on its own; then
         # each item's lengths and numeric scalars (int64)
         self.slot_bytes = sum(_align(n) for n in sizes) + group * len(sizes) * _ALIGN + \

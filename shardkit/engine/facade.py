@@ -251,17 +251,18 @@ class StreamFacade:
         workers split a rank's items. `fields` overrides the batch fields (adapters ship `tokens`)."""
         yield from self.engine.iter_units(first_unit, stride=stride, run=run, stop=stop, fields=fields)
 
+    @property
+    def packs_rows(self) -> bool:
+        """Whether some rows are packed (packing=, order='megatron'): their items always carry loss_mask,
+        position_ids and cu_seqlens, and row_identity per document piece instead of per row."""
+        return any(isinstance(s.windows, PackedWindows) for s in self.engine.plan.streams.values())
+
     def max_item_shape(self) -> tuple[int, int]:
         """(most rows in one item, widest token row) anywhere in the run: what a transfer buffer must hold."""
         phases = self.engine.plan.phases.phases
         m = self.placement.micro_batch_size
         rows = m or max(size for p in phases for _, _, size in p.batch.stages) // self.world_size
         return rows, max(p.seq_len for p in phases) + 1
-
-    @property
-    def packs_rows(self) -> bool:
-        """Whether any item can hold packed rows, which always carry position_ids, loss_mask and cu_seqlens."""
-        return any(isinstance(s.windows, PackedWindows) for s in self.engine.plan.streams.values())
 
     def item_shape(self, batch: int) -> tuple[int, int]:
         """(rows, token row width) of the items of global batch `batch` (the last batch's past the end)."""

@@ -177,14 +177,14 @@ class ReadVerifier:
             while attempts < tries:
                 self.counts["blocks_refetched"] += 1
                 check = b.check(g, self.mapper, own_thread=True, reread=True)
-                self.worker._count(check)
+                self.worker.count_hashed(check)
                 attempts += 1
                 if check.ok:
                     b.state[g] = GOOD
                     return True
         if check is None:
             check = b.check(g, self.mapper, own_thread=True)  # the digests and place, for the message
-            self.worker._count(check)
+            self.worker.count_hashed(check)
             if check.ok:  # the block changed since the worker read it (rewritten in place): take the new bytes
                 b.state[g] = GOOD
                 return True
@@ -194,9 +194,9 @@ class ReadVerifier:
         if self.policy is not CorruptPolicy.SKIP:
             again = f" (read {attempts} times, the page cache dropped before each re-read)" if attempts > 1 else ""
             raise IntegrityError(
-                f"{b.dataset.path}/{shard.entry.bin_name}",
+                f"{shard.directory}/{shard.entry.bin_name}",
                 f"checksum block {check.block} of shard {shard.name} does not match its sidecar digest{again}: the "
-                f"data is damaged on this machine. Run `shardkit verify --full {b.dataset.path}` to list every "
+                f"data is damaged on this machine. Run `shardkit verify --full {shard.directory}` to list every "
                 "damaged block, restore the shard from a good copy, or stream on with on_corrupt='skip'",
                 byte_range=check.byte_range, expected=check.expected, actual=check.actual)
         return False
@@ -249,7 +249,7 @@ class ReadVerifier:
         if got is None:
             ds = self.mapper.datasets[d]
             got = self._remote_maps[d] = BlockMap.build((s.entry.bin_bytes for s in ds.shards),
-                                                        ds.manifest.checksum_block_size, ds.dtype.itemsize)
+                                                        ds.checksum_block_size, ds.dtype.itemsize)
         return got
 
     def _good(self, d: int, blocks: np.ndarray) -> bool:

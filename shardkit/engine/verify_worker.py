@@ -54,7 +54,7 @@ class LocalBlocks:
     def __init__(self, dataset: Dataset, gid_base: int) -> None:
         self.dataset = dataset
         self.gid_base = gid_base
-        self.map = BlockMap.build((s.entry.bin_bytes for s in dataset.shards), dataset.manifest.checksum_block_size,
+        self.map = BlockMap.build((s.entry.bin_bytes for s in dataset.shards), dataset.checksum_block_size,
                                   dataset.dtype.itemsize)
         self.state = np.zeros(self.map.num_blocks, dtype=np.int8)
         self._sums: OrderedDict[int, ShardChecksums] = OrderedDict()
@@ -72,7 +72,7 @@ class LocalBlocks:
             if (got := digest_bytes(raw)) != sh.entry.sum_digest:
                 raise IntegrityError(str(sh.sum_path), f"checksum sidecar digest {got} differs from the manifest's "
                                                        f"{sh.entry.sum_digest}; run `shardkit verify --full "
-                                                       f"{self.dataset.path}`")
+                                                       f"{sh.directory}`")
             sums = ShardChecksums.from_bytes(raw, str(sh.sum_path))
             with self._lock:
                 self._sums[shard] = sums
@@ -82,7 +82,7 @@ class LocalBlocks:
         if fc is None or i >= len(fc.blocks) or fc.size != sh.entry.bin_bytes:
             raise IntegrityError(str(sh.sum_path), f"no digest for block {i} of {sh.entry.bin_name} of "
                                                    f"{sh.entry.bin_bytes:,} bytes; run `shardkit verify --full "
-                                                   f"{self.dataset.path}`")
+                                                   f"{sh.directory}`")
         return fc.blocks[i]
 
     def check(self, g: int, mapper: Mapper, *, own_thread: bool, reread: bool = False) -> BlockCheck:
@@ -211,12 +211,13 @@ class VerifyWorker:
             raise err
         if state in (UNKNOWN, QUEUED):  # never queued, or the thread stopped: hash it on this thread
             check = self.blocks[d].check(g, self.mapper, own_thread=True)
-            self._count(check)
+            self.count_hashed(check)
             st[g] = GOOD if check.ok else FAILED
             state = int(st[g])
         return state
 
-    def _count(self, check: BlockCheck) -> None:
+    def count_hashed(self, check: BlockCheck) -> None:
+        """Count a block hashed (by this thread, or a re-read on the loader's): the bytes verified metric."""
         self.hashed[0] += 1
         self.hashed[1] += check.byte_range[1] - check.byte_range[0]
 
@@ -240,7 +241,7 @@ class VerifyWorker:
                     self._errors[(d, g)] = e
             with self._cond:
                 if check is not None:
-                    self._count(check)
+                    self.count_hashed(check)
                 st[g] = new
                 self._cond.notify_all()
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import IntegrityError, ManifestError
+from ..errors import ConfigError, IntegrityError, ManifestError
 from .compressed import DecompressCache
 from .idx import IndexFile, check_index_arrays, read_index
 from .listing import scan_directory
@@ -218,6 +218,32 @@ class Dataset:
     @property
     def tokenizer(self) -> dict | None:
         return self.manifest.tokenizer
+
+    @property
+    def checksum_block_size(self) -> int:
+        return self.manifest.checksum_block_size
+
+    def part_of(self, position: int) -> tuple[Dataset, int]:
+        """(the dataset that owns shard `position`, its position there): itself, here; a union's part."""
+        return self, position
+
+    def shard_position(self, name: str) -> int:
+        """A shard's position by name, by `DATASET_DIR/NAME` (how Megatron names a data prefix), or by the
+        dataset's own directory when it has one shard."""
+        names = [s.name for s in self.shards]
+        if name not in names and Path(name).resolve() == Path(self.path).resolve():
+            if len(names) != 1:
+                raise ConfigError(f"prefix {name!r}: the dataset has {len(names)} shards; name one as "
+                                  f"{name.rstrip('/')}/SHARD (shards: {', '.join(names[:5])}"
+                                  f"{', ...' if len(names) > 5 else ''})")
+            return 0
+        directory, sep, short = name.rstrip("/").rpartition("/")
+        if sep and Path(directory).resolve() != Path(self.path).resolve():
+            raise ConfigError(f"prefix {name!r}: {directory!r} is not this dataset ({self.path})")
+        if short not in names:
+            shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+            raise ConfigError(f"{self.path}: no shard named {short!r}; shards: {shown}")
+        return names.index(short)
 
     def __len__(self) -> int:
         return self.num_docs

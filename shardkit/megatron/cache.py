@@ -24,6 +24,7 @@ from ..format.atomic import atomic_file, atomic_write_bytes, write_errors
 __all__ = ["IndexCache", "cache_key"]
 
 _FORMAT = "shardkit-megatron-index/1"
+_VERIFIED: dict[str, tuple[int, int, int, str]] = {}  # .npy path → (inode, size, mtime, digest) checked here
 
 
 def cache_key(depends_on: Mapping[str, object]) -> str:
@@ -88,16 +89,25 @@ class IndexCache:
             os.close(fd)
 
     def _open(self, key: str) -> dict[str, np.ndarray] | None:
+        """The entry's arrays, mapped. Each array's digest is checked the first time this process opens
+        the file as it is now (inode, size, mtime); a reopen of unchanged files (`OpenMaps` let them go)
+        checks shapes and dtypes only."""
         assert self.directory is not None
         meta_path = self.directory / f"{key}.json"
         try:
             meta = json.loads(meta_path.read_text())
             out = {}
             for name, want in meta["arrays"].items():
-                a = np.load(self.directory / f"{key}-{name}.npy", mmap_mode="r", allow_pickle=False)
-                if (list(a.shape) != want["shape"] or a.dtype.str != want["dtype"]
-                        or _digest(a) != want["sha256"]):
+                path = self.directory / f"{key}-{name}.npy"
+                a = np.load(path, mmap_mode="r", allow_pickle=False)
+                st = os.stat(path)
+                ident = (st.st_ino, st.st_size, st.st_mtime_ns, want["sha256"])
+                if list(a.shape) != want["shape"] or a.dtype.str != want["dtype"]:
                     return None
+                if _VERIFIED.get(str(path)) != ident:
+                    if _digest(a) != want["sha256"]:
+                        return None
+                    _VERIFIED[str(path)] = ident
                 out[name] = a
             return out
         except (OSError, ValueError, KeyError, TypeError):

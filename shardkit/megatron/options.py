@@ -23,8 +23,9 @@ class MegatronOptions:
     """What a Megatron-LM run's data arguments say, besides `--seq-length` and `--seed` (the loader's).
 
     `num_samples` is the size the builder was given for the split (`--train-samples`, or `--train-iters` ×
-    global batch size); `prefixes` the shards of the dataset in `--data-path` order (names or positions;
-    None: every shard); `weights` their `--data-path` weights (None with one prefix)."""
+    global batch size); `prefixes` the shards of the dataset in `--data-path` order (names, positions or
+    `DATASET_DIR/SHARD` paths; None: every shard); `weights` their `--data-path` weights (None: one prefix,
+    or Megatron's weightless blend `--data-path p1 p2`, weighted by each prefix's own sample count)."""
 
     num_samples: int
     prefixes: tuple[str | int, ...] | None = None
@@ -32,6 +33,9 @@ class MegatronOptions:
     split: str = "1,0,0"
     split_name: str = "train"
     mid_level_dataset_surplus: float = DEFAULT_SURPLUS
+    # the valid split's last partial sample: dropped (Megatron's default), or kept, padded with token 0 and
+    # loss_mask 0 as GPTDataset's item pads it
+    drop_last_partial_validation_sequence: bool = True
     path_to_cache: str | os.PathLike[str] | None = None
 
     def __post_init__(self) -> None:
@@ -45,6 +49,9 @@ class MegatronOptions:
         if self.weights is not None:
             object.__setattr__(self, "weights", tuple(float(w) for w in self.weights))
             normalize_weights(self.weights)
+        if not isinstance(self.drop_last_partial_validation_sequence, bool):
+            raise ConfigError(f"megatron.drop_last_partial_validation_sequence must be True or False, got "
+                              f"{self.drop_last_partial_validation_sequence!r}")
         if self.split_name not in Split.__members__:
             raise ConfigError(f"megatron.split_name must be one of train, valid, test, got {self.split_name!r}")
         split_matrix(self.split)
@@ -69,7 +76,9 @@ class MegatronOptions:
         return {"num_samples": self.num_samples, "prefixes": None if self.prefixes is None else list(self.prefixes),
                 "weights": None if self.weights is None else list(self.weights), "split": self.split,
                 "split_name": self.split_name, "mid_level_dataset_surplus": self.mid_level_dataset_surplus,
-                "megatron_core": MEGATRON_CORE_VERSION}
+                "megatron_core": MEGATRON_CORE_VERSION,
+                # (recorded only when not Megatron's default, so the definitions of default runs stay as they were)
+                **({} if self.drop_last_partial_validation_sequence else {"drop_last_partial_validation_sequence": False})}
 
     def build(self, dataset: Dataset, seq_len: int, seed: int) -> GPTOrder | BlendOrder:
         """The order over `dataset`'s shards; its samples are seq_len + 1 tokens (add_extra_token_to_sequence)."""
@@ -80,11 +89,9 @@ class MegatronOptions:
         prefixes = [MegatronPrefix(dataset, p) for p in names]
         for p in prefixes:
             p.position  # noqa: B018 - a missing shard is named here, at construction
-        if self.weights is None and len(prefixes) > 1:
-            raise ConfigError(f"megatron: {len(prefixes)} prefixes need weights (the --data-path weights); "
-                              "Megatron's weightless blend is not supported by the loader")
         config = MegatronConfig(sequence_length=seq_len, random_seed=seed, split=self.split,
                                 mid_level_dataset_surplus=self.mid_level_dataset_surplus,
+                                drop_last_partial_validation_sequence=self.drop_last_partial_validation_sequence,
                                 path_to_cache=self.path_to_cache)
         return build_order(prefixes, self.weights if len(prefixes) > 1 else None, self.num_samples,
                            Split[self.split_name], config)

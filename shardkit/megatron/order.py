@@ -22,11 +22,14 @@ from ..errors import ConfigError
 from ..format.dataset import Dataset
 from .blend import DEFAULT_SURPLUS, normalize_weights, samples_per_dataset
 from .blend_lazy import BlendChunks
-from .cache import IndexCache
+from .cache import IndexCache, cache_key
 from .gpt_index import document_index, plan_epochs, sample_index, shuffle_index
+from .open_maps import OPEN_MAPS
 from .split import Split, split_documents, split_matrix
 
 __all__ = ["MegatronConfig", "MegatronPrefix", "GPTOrder", "BlendOrder", "build_order", "prefixes_of", "PAD_TOKEN_ID"]
+
+_CHECKED_INDEX: dict[str, tuple[int, int, int]] = {}  # .idx path → (inode, size, mtime) when it was checked
 
 PAD_TOKEN_ID = -1  # megatron_dataset._PAD_TOKEN_ID: pads a partial last sample when the tokenizer has no pad
 
@@ -67,10 +70,7 @@ class MegatronPrefix:
             if not 0 <= self.shard < self.dataset.num_shards:
                 raise ConfigError(f"{self.dataset.path}: no shard {self.shard} ({self.dataset.num_shards} shards)")
             return self.shard
-        names = [s.name for s in self.dataset.shards]
-        if self.shard not in names:
-            raise ConfigError(f"{self.dataset.path}: no shard named {self.shard!r}; shards: {', '.join(names[:5])}...")
-        return names.index(self.shard)
+        return self.dataset.shard_position(self.shard)
 
     @property
     def doc_base(self) -> int:
@@ -78,13 +78,32 @@ class MegatronPrefix:
         return int(self.dataset.doc_offsets[self.position])
 
     @property
+    def num_sequences(self) -> int:
+        return int(self.dataset.shards[self.position].entry.num_docs)
+
+    def index_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(sequence lengths, byte pointers) from the prefix's mapped `.idx`, held in `OPEN_MAPS` (within the
+        descriptor budget) and checked against the manifest once per file identity."""
+        shard = self.dataset.shards[self.position]
+        path = str(shard.idx_path)
+
+        def load() -> tuple[np.ndarray, np.ndarray]:
+            st = os.stat(path)
+            ident = (st.st_ino, st.st_size, st.st_mtime_ns)
+            idx = shard.load_index(check=_CHECKED_INDEX.get(path) != ident)
+            _CHECKED_INDEX[path] = ident
+            return idx.lengths, idx.pointers
+        return OPEN_MAPS.get(("idx", path), 1, load)  # type: ignore[no-any-return]
+
+    @property
     def sequence_lengths(self) -> np.ndarray:
-        return self.dataset.shards[self.position].index.lengths
+        return self.index_arrays()[0]
 
     @property
     def identity(self) -> dict[str, object]:
-        entry = self.dataset.manifest.shards[self.position]
-        return {"dataset": self.dataset.fingerprint, "shard": entry.name, "sequences": int(entry.num_docs)}
+        owner, _ = self.dataset.part_of(self.position)  # a union's shard is keyed as in its own dataset
+        entry = self.dataset.shards[self.position].entry
+        return {"dataset": owner.fingerprint, "shard": entry.name, "sequences": int(entry.num_docs)}
 
 
 def prefixes_of(dataset: Dataset) -> list[MegatronPrefix]:
@@ -100,7 +119,7 @@ class GPTOrder:
         if bookend is None:
             raise ConfigError(f"split {config.split!r} gives the {split.name} split no documents")
         self.prefix, self.split, self.num_samples, self.config = prefix, split, num_samples, config
-        self.documents = split_documents(len(prefix.sequence_lengths), bookend)
+        self.documents = split_documents(prefix.num_sequences, bookend)
         self.cache = IndexCache(config.path_to_cache)
 
     @property
@@ -127,9 +146,20 @@ class GPTOrder:
         first = plan.num_samples_sans_final_epoch if plan.separate_final_epoch else total
         return {"document_index": doc_idx, "sample_index": smp_idx, "shuffle_index": shuffle_index(first, total, rng)}
 
-    @cached_property
+    @property
     def arrays(self) -> dict[str, np.ndarray]:
-        return self.cache.get(self._depends_on(), self._build)
+        """The three index arrays: kept in memory without a cache directory, else mapped from the cache and
+        held in `OPEN_MAPS` (three descriptors), reopened when the budget let them go."""
+        if self.cache.directory is None:
+            got = self.__dict__.get("_arrays")
+            if got is None:
+                got = self.__dict__["_arrays"] = self.cache.get(self._depends_on(), self._build)
+            return got  # type: ignore[no-any-return]
+        key = self.__dict__.get("_key")
+        if key is None:
+            key = self.__dict__["_key"] = cache_key(self._depends_on())
+        return OPEN_MAPS.get(("gpt", str(self.cache.directory), key), 3,  # type: ignore[no-any-return]
+                             lambda: self.cache.get(self._depends_on(), self._build))
 
     def __len__(self) -> int:
         return int(self.arrays["sample_index"].shape[0]) - 1

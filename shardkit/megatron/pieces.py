@@ -29,16 +29,16 @@ def gpt_pieces(order: GPTOrder, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray
     first_of_row = np.cumsum(counts) - counts
     k = b[row] + (np.arange(row.size, dtype=np.int64) - first_of_row[row])  # position in the document index
     doc = np.asarray(a["document_index"][k], dtype=np.int64)
-    sizes = np.asarray(order.prefix.sequence_lengths[doc], dtype=np.int64)
+    lengths, pointers = order.prefix.index_arrays()
+    sizes = np.asarray(lengths[doc], dtype=np.int64)
     is_first = k == b[row]
     is_last = k == e[row]
     lo = np.where(is_first, b_off[row], 0)
     hi = np.minimum(np.where(is_last, e_off[row] + extra, sizes), sizes)
     length = hi - lo
-    shard = order.prefix.dataset.shards[order.prefix.position]
     itemsize = order.prefix.dataset.dtype.itemsize
     base = int(order.prefix.dataset.token_offsets[order.prefix.position])
-    start = base + np.asarray(shard.index.pointers[doc], dtype=np.int64) // itemsize + lo
+    start = base + np.asarray(pointers[doc], dtype=np.int64) // itemsize + lo
     keep = length > 0
     if not keep.all():
         counts = np.bincount(row[keep], minlength=ids.size).astype(np.int64)

@@ -44,7 +44,7 @@ from .weights import as_weight, normalize_weights
 __all__ = ["FORMAT_VERSION", "MixtureWarning", "Recipe", "RecipeWarning", "SourceSpec", "WeightsBy", "load_recipe"]
 
 FORMAT_VERSION = 1
-_TOP = ("version", "seed", "seq_len", "phases", "sources", "shuffle", "weights_by", "packing", "skip")
+_TOP = ("version", "order", "seed", "seq_len", "phases", "sources", "shuffle", "weights_by", "packing", "skip")
 _PHASE = ("name", "tokens", "batch", "seq_len", "mix", "packing")
 _SOURCE = ("path", "epochs", "shuffle")
 _RAMP = ("start", "increment", "over_samples", "ramp_samples", "final")
@@ -230,6 +230,12 @@ def _toml() -> Any:
 
 
 def _recipe(data: Any, *, strict: bool, origin: str | None = None) -> Recipe:
+    order = data.get("order", "shardkit") if isinstance(data, Mapping) else "shardkit"
+    if order != "shardkit":  # (before the keys: a Megatron recipe has keys of its own)
+        if order == "megatron":
+            raise ConfigError("order: megatron makes the recipe one Megatron blend, streamed by `Loader`: open it "
+                              "with Loader.from_recipe(...) (or `shardkit stream --recipe`), not MixtureLoader")
+        raise ConfigError(f"order: expected shardkit or megatron, got {brief(order)}")
     top = _mapping(data, origin or "recipe", _TOP, required=("phases", "sources"), root=True)
     if "version" in top and top["version"] != FORMAT_VERSION:
         raise ConfigError(f"version: recipe format {brief(top['version'])} is not supported (this shardkit reads "

@@ -15,6 +15,7 @@ import http.client
 import logging
 import random
 import socket
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -22,14 +23,6 @@ from typing import Any, TypeVar
 
 from ..errors import ConfigError, RemoteError, ShardkitError, exception_chain
 
-try:  # optional: only present with s3fs / aiobotocore installed
-    import botocore.exceptions as _botocore
-except ImportError:  # pragma: no cover - depends on the environment
-    _botocore = None  # type: ignore[assignment]
-try:
-    import aiohttp as _aiohttp
-except ImportError:  # pragma: no cover
-    _aiohttp = None  # type: ignore[assignment]
 try:
     from fsspec.exceptions import FSTimeoutError as _FSTimeout
 except ImportError:  # pragma: no cover
@@ -54,16 +47,30 @@ _TRANSIENT_ERRNO = frozenset(
     getattr(errno, n) for n in ("EIO", "EREMOTEIO", "EBUSY", "EAGAIN", "ETIMEDOUT", "ECONNRESET", "ECONNABORTED",
                                 "ECONNREFUSED", "EPIPE", "ENETUNREACH", "ENETDOWN", "EHOSTUNREACH", "ENOTCONN")
     if hasattr(errno, n))
-_TRANSIENT_TYPES: tuple[type[BaseException], ...] = (
+_BASE_TRANSIENT: tuple[type[BaseException], ...] = (
     ConnectionError, TimeoutError, socket.timeout, asyncio.TimeoutError, http.client.IncompleteRead,
     http.client.RemoteDisconnected, _FSTimeout)
-if _botocore is not None:
-    _TRANSIENT_TYPES += (_botocore.ConnectionError, _botocore.HTTPClientError, _botocore.IncompleteReadError,
-                         _botocore.ResponseStreamingError, _botocore.ReadTimeoutError,
-                         _botocore.ConnectTimeoutError, _botocore.EndpointConnectionError)
-if _aiohttp is not None:
-    _TRANSIENT_TYPES += (_aiohttp.ClientConnectionError, _aiohttp.ClientPayloadError,
-                         _aiohttp.ServerTimeoutError)
+
+
+def _client_module(name: str) -> Any:
+    """botocore.exceptions or aiohttp if this process has imported them, else None.
+
+    An error of a client library can only exist once that library is loaded, so the classification looks
+    them up instead of importing them: a process that never talks to an object store (a pack worker on
+    local files) does not pay aiohttp's and botocore's import time (~0.1 s each)."""
+    return sys.modules.get(name)
+
+
+def _transient_types() -> tuple[type[BaseException], ...]:
+    out = _BASE_TRANSIENT
+    bc = _client_module("botocore.exceptions")
+    if bc is not None:
+        out += (bc.ConnectionError, bc.HTTPClientError, bc.IncompleteReadError, bc.ResponseStreamingError,
+                bc.ReadTimeoutError, bc.ConnectTimeoutError, bc.EndpointConnectionError)
+    aio = _client_module("aiohttp")
+    if aio is not None:
+        out += (aio.ClientConnectionError, aio.ClientPayloadError, aio.ServerTimeoutError)
+    return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,8 +108,6 @@ class RetryPolicy:
 DEFAULT_POLICY = RetryPolicy()
 
 
-
-
 def _status(exc: BaseException) -> int | None:
     """The HTTP status a botocore ClientError or aiohttp ClientResponseError carries, if any."""
     response = getattr(exc, "response", None)
@@ -125,16 +130,17 @@ def _verdict(exc: BaseException) -> bool | None:
     """True (transient), False (permanent) or None (this exception alone does not tell)."""
     if isinstance(exc, RemoteError):
         return exc.transient
-    if _botocore is not None and isinstance(exc, _botocore.ClientError):
+    bc, aio = _client_module("botocore.exceptions"), _client_module("aiohttp")
+    if bc is not None and isinstance(exc, bc.ClientError):
         code, status = _error_code(exc), _status(exc)
         return (code in _TRANSIENT_CODES) or (status in TRANSIENT_STATUS)
-    if _botocore is not None and isinstance(exc, (_botocore.NoCredentialsError, _botocore.ParamValidationError)):
+    if bc is not None and isinstance(exc, (bc.NoCredentialsError, bc.ParamValidationError)):
         return False
-    if _aiohttp is not None and isinstance(exc, _aiohttp.ClientResponseError):
+    if aio is not None and isinstance(exc, aio.ClientResponseError):
         return exc.status in TRANSIENT_STATUS
     if isinstance(exc, _PERMANENT_OS):
         return False
-    if isinstance(exc, _TRANSIENT_TYPES):
+    if isinstance(exc, _transient_types()):
         return True
     if isinstance(exc, OSError) and exc.errno is not None:
         return exc.errno in _TRANSIENT_ERRNO or None
@@ -258,6 +264,7 @@ def _is_storage_error(exc: BaseException) -> bool:
     for e in exception_chain(exc):
         if isinstance(e, OSError) or _status(e) is not None:
             return True
-        if _botocore is not None and isinstance(e, _botocore.BotoCoreError):
+        bc = _client_module("botocore.exceptions")
+        if bc is not None and isinstance(e, bc.BotoCoreError):
             return True
     return False

@@ -46,6 +46,15 @@ def test_cli_streams_the_loaders_megatron_order(ds, tmp_path):
     assert a["digest"] == b["digest"] and a["first_batch"] == 6
 
 
+def test_cli_streams_another_split(ds):
+    out = _stream(ds, *_BLEND, "--megatron-split", "90,10,0", "--megatron-split-name", "valid", "--steps", "5")
+    loader = Loader(ds, seq_len=32, batch_schedule=8, micro_batch_size=2, seed=4, order="megatron",
+                    megatron={"num_samples": 2000, "prefixes": ["shard-00001", "shard-00000"], "weights": [0.7, 0.3],
+                              "split": "90,10,0", "split_name": "valid"})
+    assert out["digest"] == stream(loader, steps=5).digest
+    assert out["digest"] != _stream(ds, *_BLEND, "--megatron-split", "90,10,0", "--steps", "5")["digest"]
+
+
 def test_dataloader_workers_deliver_the_same_batches(ds, tmp_path):
     pytest.importorskip("torch")
     cache = ["--megatron-cache-dir", tmp_path / "c"]  # the workers reopen the order from the index cache

@@ -42,6 +42,11 @@ SUBSTITUTIONS = [
     ("--batch 256", "--batch 16"),
     ("--batch 64", "--batch 16"),
     ("/megatron/web_text_document", "shards/shard-00000"),
+    ("web/web_text_document", "web/shard-00000"),
+    ("--megatron-samples 1000000", "--megatron-samples 2000"),
+    ("--seq-len 4096", "--seq-len 128"),
+    ("--batch 512", "--batch 16"),
+    ("--consumed-samples 51200", "--consumed-samples 64"),
     ("seq_len=2048", "seq_len=128"),
     ("num_workers=4", "num_workers=2"),
 ]

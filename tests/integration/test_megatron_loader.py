@@ -85,9 +85,10 @@ def _check_rank(loader, theirs, *, mbs, rank, world, consumed, steps):
 @pytest.mark.parametrize("weights,seed,seq_len,size,world,mbs,gbs", [
     ([0.5, 0.3, 0.2], 9, 64, 3_000, 2, 2, 8),      # 2 micro-steps per global batch per rank
     ([1.0, 5.0], 1234, 100, 2_000, 3, 1, 6),
+    (None, 17, 64, 4_000, 2, 2, 4),                 # `--data-path p1 p2 p3`: weighted by each prefix's samples
 ])
 def test_loader_ranks_equal_megatron_sampler(wiki, tmp_path, weights, seed, seq_len, size, world, mbs, gbs):
-    shards = [wiki.shards[i].name for i in range(len(weights))]
+    shards = [wiki.shards[i].name for i in range(len(weights or [0, 0, 0]))]
     theirs = _megatron([str(wiki.path / s) for s in shards], weights, size, tmp_path / "m", random_seed=seed,
                        sequence_length=seq_len, split="99,1,0")
     opts = {"num_samples": size, "prefixes": shards, "weights": weights, "split": "99,1,0",
@@ -172,3 +173,63 @@ def test_adopted_megatron_data_equals_megatron(tmp_path, seed, seq_len, size):
     later = (len(theirs) // 16 - 40) * 16
     loader.resume_from_megatron(later)
     _check_rank(loader, theirs, mbs=16, rank=0, world=1, consumed=later, steps=40)
+
+
+def test_blend_over_prefixes_of_several_datasets_equals_megatron(wiki, tmp_path):
+    """Megatron's --data-path over three directories — two of Megatron-written data, each adopted on its own,
+    and a shard of a shardkit-packed dataset — is one loader over the three datasets, prefixes named by
+    path: every rank's micro-batches equal megatron-core's, from the start and after a resume."""
+    prefixes = []
+    for name, n, seed in (("web_text_document", 300, 4), ("code_text_document", 200, 5)):
+        (tmp_path / name).mkdir()
+        _megatron_write(tmp_path / name / name, _docs(n, seed))
+        adopt([tmp_path / name / name], tmp_path / f"ds-{name}", checksum_block_size=4096)
+        prefixes.append((str(tmp_path / name / name), str(tmp_path / f"ds-{name}" / name)))
+    packed = wiki.shards[2].name
+    prefixes.append((str(wiki.path / packed), str(wiki.path / packed)))
+    weights, seed, seq_len, size, gbs = [0.5, 0.2, 0.3], 21, 72, 4_000, 8
+    theirs = _megatron([m for m, _ in prefixes], weights, size, tmp_path / "m", random_seed=seed,
+                       sequence_length=seq_len, split="98,2,0")
+    data = [tmp_path / "ds-web_text_document", tmp_path / "ds-code_text_document", wiki.path]
+    opts = {"num_samples": size, "prefixes": [p for _, p in prefixes], "weights": weights, "split": "98,2,0",
+            "path_to_cache": str(tmp_path / "s")}
+    for rank in range(2):
+        loader = Loader(data, seq_len=seq_len, seed=seed, batch_schedule=gbs, rank=rank, world_size=2,
+                        micro_batch_size=2, order="megatron", megatron=opts)
+        assert loader.num_samples == len(theirs)
+        _check_rank(loader, theirs, mbs=2, rank=rank, world=2, consumed=0, steps=50)
+        consumed = gbs * 300
+        loader.resume_from_megatron(consumed)
+        _check_rank(loader, theirs, mbs=2, rank=rank, world=2, consumed=consumed, steps=30)
+
+
+@pytest.mark.parametrize("seq_len", [61, 97])
+def test_valid_split_keeping_the_partial_last_sample_equals_megatron(wiki, tmp_path, seq_len):
+    """`drop_last_partial_validation_sequence=False` on the valid split: every sample, the padded last one
+    included, equals megatron-core's item — pads as token 0 with loss_mask 0 (GPTDataset.__getitem__)."""
+    path = str(wiki.path / wiki.shards[1].name)
+    config = mgpt.GPTDatasetConfig(blend=([path], None), path_to_cache=str(tmp_path / "m"), tokenizer=_Tokenizer(),
+                                   reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False,
+                                   random_seed=8, sequence_length=seq_len, split="80,20,0",
+                                   drop_last_partial_validation_sequence=False)
+    theirs = mbuilder.BlendedMegatronDatasetBuilder(mgpt.GPTDataset, [10, 300, 0], lambda: True, config).build()[1]
+    texts = [_text(theirs, i) for i in range(len(theirs))]
+    assert any((t < 0).any() for t in texts), "no padded sample: pick another seq_len"
+    loader = Loader(wiki, seq_len=seq_len, seed=8, batch_schedule=1, order="megatron",
+                    megatron={"num_samples": 300, "prefixes": [wiki.shards[1].name], "split": "80,20,0",
+                              "split_name": "valid", "drop_last_partial_validation_sequence": False})
+    assert loader.num_batches() == len(texts)
+    for i, (item, text) in enumerate(zip(loader, texts, strict=True)):
+        item_theirs = theirs[i] if (text < 0).any() else None
+        np.testing.assert_array_equal(item["input_ids"][0], np.where(text[:-1] < 0, 0, text[:-1]))
+        np.testing.assert_array_equal(item["labels"][0], np.where(text[1:] < 0, 0, text[1:]))
+        np.testing.assert_array_equal(item["loss_mask"][0], (text[1:] >= 0).astype(np.float32))
+        if item_theirs is not None:  # megatron-core's own item for the padded sample
+            np.testing.assert_array_equal(item["input_ids"][0], item_theirs["tokens"].numpy())
+            np.testing.assert_array_equal(item["loss_mask"][0], item_theirs["loss_mask"].numpy())
+    dropped = Loader(wiki, seq_len=seq_len, seed=8, batch_schedule=1, order="megatron",
+                     megatron={"num_samples": 300, "prefixes": [wiki.shards[1].name], "split": "80,20,0",
+                               "split_name": "valid"})
+    assert dropped.num_batches() == len(texts) - 1  # Megatron's default drops it
+    assert "drop_last_partial_validation_sequence" in loader.stream_config()["order"]
+    assert "drop_last_partial_validation_sequence" not in dropped.stream_config()["order"]

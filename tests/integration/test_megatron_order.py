@@ -152,10 +152,11 @@ def test_flags_equal_gptdataset(packed, tmp_path, extra, drop):
     ([0.7, 0.3], 42, 128, 4_000),
     ([1.0, 5.0, 0.25], 3, 64, 12_000),
     ([2, 3, 5], 11, 50, 20_500),
+    (None, 5, 64, 3_000),                # `--data-path p1 p2 p3`: weighted by the prefixes' own sample counts
 ])
 def test_blend_equals_blendeddataset(packed, tmp_path, weights, seed, seq_len, size):
     wiki, shake = prefixes_of(packed["wiki"]), prefixes_of(packed["shake"])
-    prefixes = [wiki[0], shake[0], wiki[3]][:len(weights)]
+    prefixes = [wiki[0], shake[0], wiki[3]][:len(weights or [0, 0, 0])]
     theirs = _megatron(prefixes, weights, [size, 20, 0], tmp_path, random_seed=seed, sequence_length=seq_len,
                        split="99,1,0")
     cfg = _config(tmp_path, random_seed=seed, sequence_length=seq_len, split="99,1,0")
@@ -166,7 +167,7 @@ def test_blend_equals_blendeddataset(packed, tmp_path, weights, seed, seq_len, s
         assert d_ours.num_samples == d_theirs.num_samples
     _assert_same(ours, theirs[0], 10_000, seed)
     again = build_order(prefixes, weights, size, Split.train, cfg)  # from the cache: the same samples
-    for i in (0, size // 2, size - 1):
+    for i in (0, len(ours) // 2, len(ours) - 1):  # (a weightless blend holds at most `size`)
         np.testing.assert_array_equal(again.sample(i), ours.sample(i))
 
 

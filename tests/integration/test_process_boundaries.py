@@ -34,6 +34,18 @@ def root(tmp_path_factory):
 
 
 def _make(kind, root):
+    if kind == "megatron-blend":  # Megatron's order over prefixes of three datasets, sliced by its sampler
+        return Loader([root / "web", root / "code", root / "math"], seq_len=SEQ, seed=3, batch_schedule=8,
+                      micro_batch_size=2, order="megatron",
+                      megatron={"num_samples": 400, "weights": [0.5, 0.3, 0.2],
+                                "prefixes": [str(root / n / "shard-00001") for n in ("web", "code", "math")],
+                                "path_to_cache": str(root / "megatron-cache")})
+    if kind == "packed":  # whole documents best-fit into rows, with their document fields
+        return Loader(root / "web", seq_len=SEQ, seed=3, batch_schedule=8, micro_batch_size=2, packing="best_fit",
+                      packing_cache_dir=root / "packing-cache", fields=BatchFields(row_identity=True))
+    if kind == "verify-on-read":
+        return Loader(root / "code", seq_len=SEQ, seed=3, batch_schedule=8, micro_batch_size=4,
+                      verify_on_read=True)
     if kind == "loader":
         return Loader(root / "web", seq_len=SEQ, seed=3, batch_schedule=Ramp(start=4, increment=4, ramp_samples=40,
                                                                            final=8),
@@ -65,6 +77,10 @@ def _same(a, b):
         assert x["batch_index"] == y["batch_index"] and x["micro_index"] == y["micro_index"]
         np.testing.assert_array_equal(x["input_ids"], y["input_ids"])
         np.testing.assert_array_equal(x["labels"], y["labels"])
+        for name in ("loss_mask", "position_ids", "cu_seqlens", "doc_id", "segment_length"):
+            assert (name in x) == (name in y)
+            if name in x:
+                np.testing.assert_array_equal(x[name], y[name])
 
 
 def _wrap(adapter, loader, method):
@@ -105,6 +121,23 @@ def test_workers_give_the_in_process_items_and_resume_exactly(root, kind, adapte
     wrapped_first = _make(kind, root)
     dl = _wrap(adapter, wrapped_first, method)
     wrapped_first.load_state_dict(state)  # wrap, then restore: the adapter holds no position of its own
+    _same(_take(dl, TAKE - CUT), reference[CUT:])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["megatron-blend", "packed", "verify-on-read"])
+@pytest.mark.parametrize("method", METHODS)
+def test_megatron_blends_packed_rows_and_verify_on_read_cross_processes(root, kind, method):
+    """The same through workers started with every method, restored before and after wrapping."""
+    reference = _take(_make(kind, root), TAKE)
+    _same(_take(_wrap("dataset", _make(kind, root), method), TAKE), reference)
+    state = _make(kind, root).state_at(reference[CUT]["batch_index"], reference[CUT]["micro_index"])
+    restored = _make(kind, root)
+    restored.load_state_dict(state)
+    _same(_take(_wrap("stateful", restored, method), TAKE - CUT), reference[CUT:])
+    wrapped_first = _make(kind, root)
+    dl = _wrap("shardkit", wrapped_first, method)
+    wrapped_first.load_state_dict(state)
     _same(_take(dl, TAKE - CUT), reference[CUT:])
 
 
