@@ -14,6 +14,9 @@ Printed, at seq_len 2,048 and 8,192:
     (position_ids, cu_seqlens, loss_mask), ÷ two gather floors of the same rows with no loader (np.take
     with a prebuilt index; and that plus the fields' bytes), and all of them ending in int64 torch
     tensors                                                                    (goal ≥ 0.8×)
+  * the same from the row store (packing_store=True: the rows materialised beside the table, copied whole):
+    best-fit rows from the store ÷ plain windows                               (goal ≥ 0.8×)
+  * row store build time per GB of tokens (a 100 M-token synthetic dataset) and its size on disk
   * resume latency: load_state_dict + first batch at step 10⁶ and 10³           (goal ≤ 50 ms, flat)
   * per-rank Σ len² max/mean over 256 global batches of 64 at world size 8, without and with
     balance_ranks, gutenberg and long-mix                                      (goal ≤ 1.05 with)
@@ -33,9 +36,11 @@ import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -54,6 +59,7 @@ from shardkit.engine.pack_table import cached_table, document_spans  # noqa: E40
 from shardkit.engine.packed_fields import packed_fields, segment_starts  # noqa: E402
 from shardkit.engine.packing import PackSpec, build_table, concat_ranges, split_pieces  # noqa: E402
 from shardkit.engine.packing_report import rank_balance  # noqa: E402
+from shardkit.engine.row_store import cached_store  # noqa: E402
 from shardkit.format import open_dataset  # noqa: E402
 from shardkit.loader import Loader  # noqa: E402
 from shardkit.planner.measure import measure_node  # noqa: E402
@@ -149,7 +155,7 @@ def build_rate(n_docs: int = 1_000_000) -> list[dict]:
     return out
 
 
-def _tok_s(loader: Loader, seconds: float, convert=None) -> float:
+def _tok_s(loader: Loader, seconds: float, convert=None, key: str = "input_ids") -> float:
     """Best of three timed stretches of the loader's input tokens per second; `convert` is applied to
     every batch inside the timing (the trainer's side: numpy → torch)."""
     it = iter(loader)
@@ -162,7 +168,7 @@ def _tok_s(loader: Loader, seconds: float, convert=None) -> float:
             b = next(it)
             if convert is not None:
                 convert(b)
-            n += b["input_ids"].size
+            n += b[key].shape[0] * loader.config.seq_len
         best = max(best, n / (time.perf_counter() - t0))
     return best
 
@@ -199,6 +205,24 @@ class GatherFloor:
         self.mask = np.empty_like(self.slabs[0][2])
         self.tokens_per_slab = per * seq_len
 
+    def copy_tok_s(self, seconds: float) -> float:
+        """The bytes of a packed slab (tokens, int64 position_ids, float32 loss_mask) copied once from
+        contiguous buffers, nothing gathered or computed: the ceiling of any reader that hands out a packed
+        batch as new arrays (the row store's rows are gathered, not contiguous, so it is below this)."""
+        _, pos, mask = self.slabs[0]
+        src = np.ones_like(self.out)
+        best = 0.0
+        for _ in range(3):
+            n, t0 = 0, time.perf_counter()
+            while time.perf_counter() - t0 < seconds / 3:
+                for _ in range(len(self.slabs)):
+                    np.copyto(self.out, src)
+                    np.copyto(self.pos, pos)
+                    np.copyto(self.mask, mask)
+                    n += self.tokens_per_slab
+            best = max(best, n / (time.perf_counter() - t0))
+        return best
+
     def tok_s(self, seconds: float, fields: bool) -> float:
         best = 0.0
         for _ in range(3):
@@ -230,17 +254,82 @@ def throughput(cache: Path, seconds: float) -> list[dict]:
         doc = _tok_s(Loader(path, seq_len=L, batch_schedule=8, seed=1, fields=fields), seconds)
         packed = Loader(path, seq_len=L, batch_schedule=8, seed=1, packing="best_fit", packing_cache_dir=cache)
         best = _tok_s(packed, seconds)
+        stored = Loader(path, seq_len=L, batch_schedule=8, seed=1, packing="best_fit", packing_cache_dir=cache,
+                        packing_store=True)
+        store = _tok_s(stored, seconds)
         floor = GatherFloor(path, cache, L, 8)
         r = {"seq_len": L, "windows_tok_s": plain, "windows_fields_tok_s": doc, "best_fit_tok_s": best,
+             "store_tok_s": store, "store_tokens_only_tok_s": _tok_s(Loader(
+                 path, seq_len=L, batch_schedule=8, seed=1, packing="best_fit", packing_cache_dir=cache,
+                 packing_store=True, fields={"tokens_only": True}), seconds, key="tokens"),
              "floor_take_tok_s": floor.tok_s(seconds, fields=False),
-             "floor_take_fields_tok_s": floor.tok_s(seconds, fields=True)}
+             "floor_take_fields_tok_s": floor.tok_s(seconds, fields=True),
+             "floor_copy_fields_tok_s": floor.copy_tok_s(seconds)}
         if convert is not None:
             r["torch_windows_tok_s"] = _tok_s(Loader(path, seq_len=L, batch_schedule=8, seed=1), seconds, convert)
             r["torch_windows_fields_tok_s"] = _tok_s(Loader(path, seq_len=L, batch_schedule=8, seed=1, fields=fields),
                                                      seconds, convert)
             r["torch_best_fit_tok_s"] = _tok_s(packed, seconds, convert)
+            r["torch_store_tok_s"] = _tok_s(stored, seconds, convert)
         out.append(r)
     return out
+
+
+def _anon_mib() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) // 1024 for line in f if line.startswith("RssAnon"))
+
+
+def store_build(sizes: tuple[int, ...] = (20_000_000, 100_000_000)) -> list[dict]:
+    """Seconds to build the row store of synthetic datasets (documents of 100–4,000 tokens, as
+    bench_stream's), per GB of tokens, table build excluded; the peak anonymous memory the build adds
+    (sampled every 5 ms: flat in the dataset's size); the store's bytes on disk ÷ the tokens'."""
+    out = []
+    for tokens in sizes:
+        path = token_dataset(ROOT / "bench-data" / f"store-{tokens}", tokens, seed=99)
+        for L in SEQS:  # each in a fresh process: its memory is not the heap this one freed
+            got = subprocess.run([sys.executable, __file__, "--build-store", str(path), str(L)], check=True,
+                                 capture_output=True, text=True, cwd=ROOT)
+            out.append(json.loads(got.stdout.strip().splitlines()[-1]))
+    return out
+
+
+def _build_once(ds, L: int) -> dict:
+    peak, done = [0], threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _anon_mib())
+            time.sleep(0.005)
+
+    cache = Path(tempfile.mkdtemp(dir=DATA))
+    try:
+        spec = PackSpec(strategy="best_fit", seq_len=L)
+        t0 = time.perf_counter()
+        table = cached_table(ds, spec, cache)
+        t1 = time.perf_counter()
+        before = _anon_mib()
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        store = cached_store(ds, table, spec, cache)
+        t2 = time.perf_counter()
+        done.set()
+        watcher.join()
+        t3 = time.perf_counter()
+        again = cached_store(ds, table, spec, cache)  # opening: meta, sizes, digests of the small files
+        t4 = time.perf_counter()
+        t5 = time.perf_counter()
+        again.check(np.arange(again.rows))  # what a process's first epoch hashes, block by block
+        t6 = time.perf_counter()
+        files = {p.name: p.stat().st_size for p in store.directory.iterdir()}
+        gb = ds.num_tokens * ds.dtype.itemsize / 1e9
+        return {"seq_len": L, "tokens": ds.num_tokens, "table_s": t1 - t0, "store_s": t2 - t1,
+                "store_s_per_gb": (t2 - t1) / gb, "bytes": sum(files.values()), "files": files,
+                "disk_over_tokens": sum(files.values()) / (ds.num_tokens * ds.dtype.itemsize),
+                "build_anon_mib": max(0, peak[0] - before), "open_ms": (t4 - t3) * 1e3,
+                "verify_all_s_per_gb": (t6 - t5) / (sum(files.values()) / 1e9)}
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 def resume_latency(cache: Path) -> list[dict]:
@@ -378,24 +467,31 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0, help="per throughput figure")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--skip-reads", action="store_true", help="no read amplification (1 GB dataset, minutes)")
+    ap.add_argument("--only", choices=["throughput", "store"], default=None,
+                    help="just the throughput table (with the row store), or that and the store build")
+    ap.add_argument("--build-store", nargs=2, metavar=("DATASET", "SEQ_LEN"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.build_store:  # one store build, in the fresh process store_build() starts
+        print(json.dumps(_build_once(open_dataset(args.build_store[0]), int(args.build_store[1]))))
+        return
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     print(f"bench_packing  {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  commit {commit}  "
           f"{platform.processor() or platform.machine()}  {os.cpu_count()} cpus")
     cache = DATA / "tables"
     results: dict = {"commit": commit}
-    results["padding"] = pad = padding_table(["wikitext", "gutenberg", "long-mix"])
-    print("\npadding fraction (documents split) per corpus and seq_len")
-    print(f"  {'corpus':<10} {'seq_len':>7} {'docs':>7} {'tokens':>10}  {'window':>14}  {'first_fit':>16}  {'best_fit':>16}")
-    for r in pad:
-        w, f, b = r["window"], r["first_fit"], r["best_fit"]
-        print(f"  {r['corpus']:<10} {r['seq_len']:>7,} {r['docs']:>7,} {r['tokens']:>10,}  "
-              f"{100 * w['padding']:>5.2f}% ({w['split']:>5,})  {100 * f['padding']:>6.2f}% ({f['split']:>5,})  "
-              f"{100 * b['padding']:>6.2f}% ({b['split']:>5,})")
-    results["build"] = rate = build_rate()
-    print("\nplan build time per million documents (gutenberg paragraph lengths)")
-    for r in rate:
-        print(f"  seq_len {r['seq_len']:>5,} {r['strategy']:<9} {r['s_per_million_docs']:6.2f} s")
+    if args.only is None:
+        results["padding"] = pad = padding_table(["wikitext", "gutenberg", "long-mix"])
+        print("\npadding fraction (documents split) per corpus and seq_len")
+        print(f"  {'corpus':<10} {'seq_len':>7} {'docs':>7} {'tokens':>10}  {'window':>14}  {'first_fit':>16}  {'best_fit':>16}")
+        for r in pad:
+            w, f, b = r["window"], r["first_fit"], r["best_fit"]
+            print(f"  {r['corpus']:<10} {r['seq_len']:>7,} {r['docs']:>7,} {r['tokens']:>10,}  "
+                  f"{100 * w['padding']:>5.2f}% ({w['split']:>5,})  {100 * f['padding']:>6.2f}% ({f['split']:>5,})  "
+                  f"{100 * b['padding']:>6.2f}% ({b['split']:>5,})")
+        results["build"] = rate = build_rate()
+        print("\nplan build time per million documents (gutenberg paragraph lengths)")
+        for r in rate:
+            print(f"  seq_len {r['seq_len']:>5,} {r['strategy']:<9} {r['s_per_million_docs']:6.2f} s")
     results["throughput"] = tp = throughput(cache, args.seconds)
     print("\nstream throughput, batch 8, gutenberg (best of 3), M tok/s")
     for r in tp:
@@ -413,6 +509,28 @@ def main() -> None:
                   f"windows+fields {r['torch_windows_fields_tok_s'] / 1e6:7.1f}  →  "
                   f"{tb / r['torch_windows_tok_s']:.2f}× windows, {tb / r['torch_windows_fields_tok_s']:.2f}× "
                   f"windows+fields")
+        st = r["store_tok_s"]
+        print(f"    row store: best_fit {st / 1e6:7.1f} = {st / r['windows_tok_s']:.2f}× plain windows (goal ≥ 0.8×), "
+              f"{st / b:.2f}× gathered best_fit, {st / r['windows_fields_tok_s']:.2f}× windows+fields; tokens only "
+              f"(DataLoader adapters' item) {r['store_tokens_only_tok_s'] / 1e6:7.1f} = "
+              f"{r['store_tokens_only_tok_s'] / r['windows_tok_s']:.2f}× plain windows")
+        c = r["floor_copy_fields_tok_s"]
+        print(f"    copy floor (a packed slab's bytes copied once, contiguous, nothing gathered) {c / 1e6:7.1f} = "
+              f"{c / r['windows_tok_s']:.2f}× plain windows; row store = {st / c:.2f}× the copy floor")
+        if "torch_store_tok_s" in r:
+            print(f"    row store to torch: {r['torch_store_tok_s'] / 1e6:7.1f} = "
+                  f"{r['torch_store_tok_s'] / r['torch_windows_tok_s']:.2f}× windows to torch")
+    if args.only == "throughput":
+        return _dump(args, results)
+    results["store_build"] = sb = store_build()
+    print("\nrow store build (best_fit, synthetic datasets, table build excluded)")
+    for r in sb:
+        print(f"  {r['tokens'] / 1e6:5.0f} M tokens, seq_len {r['seq_len']:>5,}: {r['store_s']:.1f} s = "
+              f"{r['store_s_per_gb']:.1f} s per GB of tokens (table {r['table_s']:.1f} s); memory +{r['build_anon_mib']} MiB; "
+              f"on disk {r['bytes'] / 2**20:,.0f} MiB = {r['disk_over_tokens']:.2f}× the tokens; open {r['open_ms']:.1f} ms; "
+              f"hashing every block (once per process, on first read) {r['verify_all_s_per_gb']:.2f} s per GB")
+    if args.only == "store":
+        return _dump(args, results)
     results["resume"] = rs = resume_latency(cache)
     print("\nresume latency (best_fit, seq_len 2048, batch 64, rank 3 of 8, balanced): load_state_dict + first batch")
     for r in rs:
@@ -446,6 +564,10 @@ def main() -> None:
             print(f"  {r['packing']:<9}: {r['amplification']:.3f}× ({r['read_bytes'] / 2**20:,.0f} MiB read of "
                   f"{r['data_bytes'] / 2**20:,.0f}; cgroup limit applied: {r['limited']}, cache emptied: "
                   f"{r['evicted']}; {r['seconds']:.0f} s)")
+    _dump(args, results)
+
+
+def _dump(args: argparse.Namespace, results: dict) -> None:
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

@@ -79,6 +79,10 @@ def _ramp(ctx, param, value):
                                       "(a recipe sets it per phase).")
 @click.option("--packing-cache-dir", type=click.Path(file_okay=False), default=None,
               help="Where packing tables are kept [default: $SHARDKIT_PACK_CACHE_DIR, else ~/.cache/shardkit/packing].")
+@click.option("--packing-store", is_flag=True, expose_value=False,
+              callback=lambda ctx, _, value: ctx.meta.__setitem__("packing_store", value),
+              help="Packed rows: read them from a store of the rows materialised beside their table (built once; "
+                   "1× the tokens on disk, plus fields: docs/loader.md).")
 @click.option("--balance-ranks", is_flag=True, help="Packed rows: deal each global batch to ranks by attention "
                                                      "cost (Σ len²).")
 @click.option("--micro-batch-size", type=click.IntRange(min=1), default=None,
@@ -126,6 +130,8 @@ def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, sh
     read = {"rank": rank, "world_size": world_size, "cache_dir": cache_dir, "cache_limit": cache_limit,
             "storage_options": storage_options, "skip": skip, "verify_on_read": verify_on_read,
             "on_corrupt": on_corrupt}
+    if ctx.meta.get("packing_store"):  # --packing-store
+        read["packing_store"] = True
     if recipe is not None:
         given = [n for n in _LOADER_ONLY if ctx.get_parameter_source(n) is ParameterSource.COMMANDLINE]
         if given:
@@ -301,14 +307,14 @@ def packing_lines(p: dict) -> str:
 
 def _stream_recipe(recipe, *, strict, steps, start_step, rank, world_size, workers, as_json, cache_dir=None,
                    cache_limit=None, storage_options=None, packing_cache_dir=None, balance_ranks=False,
-                   skip=(), verify_on_read=False, on_corrupt="raise", plot=None) -> None:
+                   skip=(), verify_on_read=False, on_corrupt="raise", plot=None, packing_store=False) -> None:
     """A mixture recipe: the stream, then what each source gave against the recipe."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RecipeWarning)
         loader = MixtureLoader(recipe, strict=strict, rank=rank, world_size=world_size, cache_dir=cache_dir,
                                cache_limit=cache_limit, storage_options=storage_options,  # remote sources
                                packing_cache_dir=packing_cache_dir, balance_ranks=balance_ranks, skip=skip,
-                               verify_on_read=verify_on_read, on_corrupt=on_corrupt)
+                               verify_on_read=verify_on_read, on_corrupt=on_corrupt, packing_store=packing_store)
         if start_step:
             loader.load_state_dict(loader.state_at(start_step))
         report = _run(loader, steps, workers, as_json)

@@ -30,7 +30,7 @@ from .engine.config import Placement, check_flag, check_optional_positive
 from .engine.facade import ReadConfig, StreamFacade, build_config
 from .engine.megatron_rows import MegatronRows
 from .engine.pack_table import cached_table
-from .engine.packed_rows import PackedWindows, windows_factory
+from .engine.packed_rows import packed_windows, windows_factory
 from .engine.packing import PackingStrategy, PackSpec, PackTable
 from .engine.state import SINGLE_SOURCE
 from .engine.windows import Windows
@@ -91,6 +91,9 @@ class LoaderConfig(ReadConfig):
         if self.balance_ranks is True and self.packing is PackingStrategy.WINDOW:
             raise ConfigError("balance_ranks=True deals packed rows by attention cost; windows all cost the same: "
                               "use packing='best_fit' (or 'first_fit'), or drop balance_ranks")
+        if self.packing_store is True and self.packing is PackingStrategy.WINDOW:
+            raise ConfigError("packing_store=True stores packed rows; windows are read from the shards as they are: "
+                              "use packing='best_fit' (or 'first_fit'), or drop packing_store")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 1 << 64:
             raise ConfigError(f"seed must be an integer in [0, 2**64), got {self.seed!r}")
         object.__setattr__(self, "batch_schedule", _schedule(self.batch_schedule))
@@ -197,7 +200,10 @@ class Loader(StreamFacade):
         table = self._packed_table
         if table is None:
             return Windows
-        return lambda dataset, seq_len, gid_base: PackedWindows(dataset, table, gid_base)
+        c = self.config
+        spec = PackSpec(strategy=c.packing, seq_len=c.seq_len)
+        return lambda dataset, seq_len, gid_base: packed_windows(dataset, table, spec, gid_base,
+                                                                 c.packing_cache_dir, c.packing_store)
 
     @property
     def _packed_table(self) -> PackTable | None:
@@ -393,8 +399,11 @@ class MixtureLoader(StreamFacade):
             if self.config.balance_ranks:
                 raise ConfigError("balance_ranks=True deals packed rows by attention cost, but no phase of the "
                                   "recipe packs: set packing: best_fit (or first_fit) in the recipe or a phase")
+            if self.config.packing_store:
+                raise ConfigError("packing_store=True stores packed rows, but no phase of the recipe packs: set "
+                                  "packing: best_fit (or first_fit) in the recipe or a phase")
             return Windows
-        return windows_factory(packing, self.config.packing_cache_dir)
+        return windows_factory(packing, self.config.packing_cache_dir, self.config.packing_store)
 
     def _definition_parts(self) -> tuple[dict[str, Dataset], dict[str, SourceDef], PhasePlan, int]:
         r = self.recipe

@@ -22,7 +22,7 @@ from ..errors import ConfigError
 from ..format import Dataset
 from ..mixture.phases import PhasePlan
 from .accounting import accounting
-from .config import Placement, ReadOptions, check_optional_positive
+from .config import Placement, ReadOptions, check_flag, check_optional_positive
 from .core import Engine
 from .fields import BatchFields
 from .packed_rows import PackedWindows
@@ -54,6 +54,8 @@ class ReadConfig:
     storage_options: dict[str, Any] | None = None
     # packed rows' tables (packing=): default $SHARDKIT_PACK_CACHE_DIR or ~/.cache/shardkit/packing
     packing_cache_dir: str | os.PathLike[str] | None = None
+    # packed rows read from a store of the rows materialised beside their table (engine/row_store.py)
+    packing_store: bool = False
     # packed rows: deal each global batch's rows to ranks so their attention cost (Σ len²) is even
     balance_ranks: bool = False
     # resume overrides (load_state_dict may also pass them): see engine.state.Overrides
@@ -81,6 +83,7 @@ class ReadConfig:
         object.__setattr__(self, "fields", self.read_options().fields)  # validates every read option
         if self.packing_cache_dir is not None and not isinstance(self.packing_cache_dir, (str, os.PathLike)):
             raise ConfigError(f"packing_cache_dir must be a path or None, got {self.packing_cache_dir!r}")
+        check_flag("packing_store", self.packing_store)
         check_optional_positive("micro_batch_size", self.micro_batch_size)
         self.overrides()
         object.__setattr__(self, "skip", parse_skips(self.skip))

@@ -59,9 +59,11 @@ def document_spans(dataset: Dataset) -> tuple[np.ndarray, np.ndarray]:
     starts, lengths = [], []
     item = dataset.dtype.itemsize
     for s, shard in enumerate(dataset.shards):
-        index = shard.index
+        # a mapping of its own, dropped after the copy: a dataset of any number of shards holds one at a time
+        index = shard.load_index()
         starts.append(np.asarray(index.pointers, dtype=np.int64) // item + int(dataset.token_offsets[s]))
-        lengths.append(np.asarray(index.lengths, dtype=np.int64))
+        lengths.append(np.array(index.lengths, dtype=np.int64))
+        del index
     if not starts:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     return np.concatenate(starts), np.concatenate(lengths)

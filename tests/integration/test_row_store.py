@@ -1,0 +1,195 @@
+"""The packed row store (`packing_store=True`): batches identical, byte for byte and dtype for dtype, to the
+rows gathered from the dataset; damaged, truncated and stale stores rebuilt with a warning, never used."""
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from shardkit import Loader, MixtureLoader
+from shardkit.engine.packing import PackSpec
+from shardkit.engine.row_store import store_dir
+from shardkit.errors import ConfigError
+from shardkit.format.dataset import open_dataset
+from shardkit.writer import write_dataset
+
+SEQ = 64
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rowstore")
+    rng = np.random.default_rng(11)
+    sizes = np.concatenate([rng.integers(1, 40, 400), rng.integers(SEQ - 5, SEQ + 3, 30),
+                            rng.integers(150, 400, 12)])
+    rng.shuffle(sizes)
+    parts = [rng.integers(1, 60000, size=int(n), dtype=np.uint16) for n in sizes]
+    write_dataset(root / "ds", parts, max_tokens_per_shard=3000, checksum_block_size=4096)
+    return root / "ds", root / "cache"
+
+
+def _loader(corpus, cache=None, **kw):
+    path, default_cache = corpus
+    kw.setdefault("packing", "best_fit")
+    kw.setdefault("batch_schedule", 8)
+    kw.setdefault("seed", 5)
+    return Loader(path, seq_len=SEQ, packing_cache_dir=cache or default_cache, block_samples=16,
+                  group_blocks=2, **kw)
+
+
+def assert_same_batch(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        x, y = a[k], b[k]
+        if isinstance(x, np.ndarray):
+            assert isinstance(y, np.ndarray) and x.dtype == y.dtype and x.shape == y.shape, k
+            assert np.array_equal(x, y), k
+        else:
+            assert type(x) is type(y) and x == y, k
+
+
+def _batches(loader, n):
+    it = iter(loader)
+    return [next(it) for _ in range(n)]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(strategy=st.sampled_from(["first_fit", "best_fit"]), seed=st.integers(0, 2**32),
+       world=st.sampled_from([1, 2, 4]), start=st.integers(0, 40), doc=st.booleans(), tokens=st.booleans())
+def test_store_batches_equal_gathered_batches(corpus, strategy, seed, world, start, doc, tokens):
+    fields = {"loss_mask": True, "mask_doc_boundary": doc, "tokens_only": tokens}
+    for rank in range(world):
+        kw = dict(packing=strategy, seed=seed, rank=rank, world_size=world, fields=fields)
+        gathered, stored = _loader(corpus, **kw), _loader(corpus, packing_store=True, **kw)
+        state = gathered.state_at(start)
+        gathered.load_state_dict(state)
+        stored.load_state_dict(state)
+        for a, b in zip(_batches(gathered, 30), _batches(stored, 30)):
+            assert_same_batch(a, b)
+
+
+def test_store_batches_equal_with_micro_batches_and_balance(corpus):
+    kw = dict(rank=1, world_size=2, micro_batch_size=2, balance_ranks=True, batch_schedule=16)
+    for a, b in zip(_batches(_loader(corpus, **kw), 40), _batches(_loader(corpus, packing_store=True, **kw), 40)):
+        assert_same_batch(a, b)
+
+
+def test_store_in_a_mixture_equals_gathered(tmp_path, corpus):
+    path, _ = corpus
+    other = tmp_path / "other"
+    rng = np.random.default_rng(3)
+    write_dataset(other, [rng.integers(1, 60000, size=int(n), dtype=np.uint16) for n in rng.integers(1, 90, 300)],
+                  max_tokens_per_shard=2000)
+    recipe = {"seed": 3, "packing": "best_fit", "sources": {"a": {"path": str(path)}, "b": {"path": str(other)}},
+              "phases": [{"name": "p", "tokens": 10**5, "seq_len": SEQ, "batch": 8, "mix": {"a": 0.5, "b": 0.5}}]}
+    g = MixtureLoader(recipe, packing_cache_dir=tmp_path / "c")
+    s = MixtureLoader(recipe, packing_cache_dir=tmp_path / "c", packing_store=True)
+    for a, b in zip(_batches(g, 30), _batches(s, 30)):
+        assert_same_batch(a, b)
+
+
+def _store(corpus, cache, strategy="best_fit"):
+    path, _ = corpus
+    return store_dir(cache, open_dataset(path).fingerprint, PackSpec(strategy=strategy, seq_len=SEQ))
+
+
+def test_bit_flip_in_the_rows_is_found_and_the_store_rebuilt(corpus, tmp_path):
+    cache = tmp_path / "cache"
+    want = _batches(_loader(corpus, cache), 60)
+    _batches(_loader(corpus, cache, packing_store=True), 1)  # builds it
+    tokens = _store(corpus, cache) / "tokens.bin"
+    with open(tokens, "r+b") as f:
+        f.seek(os.path.getsize(tokens) // 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0x10]))
+    with pytest.warns(RuntimeWarning, match="damaged"):
+        got = _batches(_loader(corpus, cache, packing_store=True), 60)
+    for a, b in zip(want, got):
+        assert_same_batch(a, b)
+    assert not _store(corpus, cache).exists()  # moved aside: the next open builds it again
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for a, b in zip(want, _batches(_loader(corpus, cache, packing_store=True), 60)):
+            assert_same_batch(a, b)
+    assert _store(corpus, cache).exists()
+
+
+@pytest.mark.parametrize("name", ["tokens.bin", "pos.bin", "mask.bin", "seg.bin"])
+def test_truncated_store_is_rebuilt_with_a_warning(corpus, tmp_path, name):
+    cache = tmp_path / "cache"
+    want = _batches(_loader(corpus, cache), 20)
+    _batches(_loader(corpus, cache, packing_store=True), 1)
+    path = _store(corpus, cache) / name
+    os.truncate(path, os.path.getsize(path) - 4)
+    with pytest.warns(RuntimeWarning, match="building it again"):
+        got = _batches(_loader(corpus, cache, packing_store=True), 20)
+    for a, b in zip(want, got):
+        assert_same_batch(a, b)
+    assert os.path.getsize(path) > 0 and (_store(corpus, cache) / "meta.json").exists()
+
+
+def test_flip_in_segments_is_found_when_opened(corpus, tmp_path):
+    cache = tmp_path / "cache"
+    _batches(_loader(corpus, cache, packing_store=True), 1)
+    seg = _store(corpus, cache) / "seg.bin"
+    data = bytearray(seg.read_bytes())
+    data[len(data) // 2] ^= 1
+    seg.write_bytes(bytes(data))
+    with pytest.warns(RuntimeWarning, match="checksum"):
+        _batches(_loader(corpus, cache, packing_store=True), 2)
+
+
+def test_stale_store_is_rebuilt(corpus, tmp_path):
+    cache = tmp_path / "cache"
+    _batches(_loader(corpus, cache, packing_store=True), 1)
+    meta = _store(corpus, cache) / "meta.json"
+    meta.write_text(meta.read_text().replace('"version": 1', '"version": 0'))
+    with pytest.warns(RuntimeWarning, match="built for version 0"):
+        _batches(_loader(corpus, cache, packing_store=True), 1)
+
+
+def test_packing_store_needs_packed_rows(corpus):
+    with pytest.raises(ConfigError, match="packing_store"):
+        _loader(corpus, packing="window", packing_store=True)
+    with pytest.raises(ConfigError, match="packing_store must be True or False"):
+        _loader(corpus, packing_store="yes")
+
+
+def test_a_stored_stream_hints_no_dataset_pages(corpus, tmp_path):
+    """Group hints (read-ahead, eviction) address the dataset's shards; rows read from the store need none."""
+    cache = tmp_path / "cache"
+    gathered = _loader(corpus, cache).engine.plan.streams[(0, SEQ)].windows
+    stored = _loader(corpus, cache, packing_store=True).engine.plan.streams[(0, SEQ)].windows
+    first, stop = np.array([0]), np.array([16 * SEQ + 1])
+    assert gathered.token_ranges(first, stop) and stored.token_ranges(first, stop) == []
+
+
+def test_store_truncated_under_a_running_loader_is_not_read(corpus, tmp_path):
+    cache = tmp_path / "cache"
+    want = _batches(_loader(corpus, cache), 60)
+    it = iter(_loader(corpus, cache, packing_store=True))
+    got = [next(it) for _ in range(2)]
+    tokens = _store(corpus, cache) / "tokens.bin"
+    os.truncate(tokens, os.path.getsize(tokens) // 2)
+    with pytest.warns(RuntimeWarning, match="changed size under the reader"):
+        got += [next(it) for _ in range(58)]
+    for a, b in zip(want, got):
+        assert_same_batch(a, b)
+
+
+def test_opening_stores_holds_no_descriptor(corpus, tmp_path):
+    cache = tmp_path / "cache"
+    _batches(_loader(corpus, cache, packing_store=True), 1)
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(30):
+        loader = _loader(corpus, cache, packing_store=True)
+        _batches(loader, 1)
+        loader.close()
+        del loader
+    import gc
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) - before < 10
