@@ -79,10 +79,9 @@ def _ramp(ctx, param, value):
                                       "(a recipe sets it per phase).")
 @click.option("--packing-cache-dir", type=click.Path(file_okay=False), default=None,
               help="Where packing tables are kept [default: $SHARDKIT_PACK_CACHE_DIR, else ~/.cache/shardkit/packing].")
-@click.option("--packing-store", is_flag=True, expose_value=False,
-              callback=lambda ctx, _, value: ctx.meta.__setitem__("packing_store", value),
+@click.option("--packing-store", is_flag=True,
               help="Packed rows: read them from a store of the rows materialised beside their table (built once; "
-                   "1× the tokens on disk, plus fields: docs/loader.md).")
+                   "about 2.5× the tokens on disk for uint16 data, fields included: docs/loader.md).")
 @click.option("--balance-ranks", is_flag=True, help="Packed rows: deal each global batch to ranks by attention "
                                                      "cost (Σ len²).")
 @click.option("--micro-batch-size", type=click.IntRange(min=1), default=None,
@@ -112,8 +111,8 @@ def _ramp(ctx, param, value):
 @json_option
 @click.pass_context
 def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, shuffle, steps, start_step, rank,
-               world_size, workers, max_epochs, cache_dir, cache_limit, packing, packing_cache_dir, balance_ranks,
-               micro_batch_size, order, megatron_samples, megatron_data_path, megatron_split, megatron_split_name,
+               world_size, workers, max_epochs, cache_dir, cache_limit, packing, packing_cache_dir, packing_store,
+               balance_ranks, micro_batch_size, order, megatron_samples, megatron_data_path, megatron_split, megatron_split_name,
                megatron_cache_dir, consumed_samples, storage_options, skip, verify_on_read, on_corrupt, plot, as_json):
     """Run the loader on DATASET (or a --recipe mixture) without a trainer; print tokens/s and a digest.
 
@@ -130,7 +129,7 @@ def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, sh
     read = {"rank": rank, "world_size": world_size, "cache_dir": cache_dir, "cache_limit": cache_limit,
             "storage_options": storage_options, "skip": skip, "verify_on_read": verify_on_read,
             "on_corrupt": on_corrupt}
-    if ctx.meta.get("packing_store"):  # --packing-store
+    if packing_store:
         read["packing_store"] = True
     if recipe is not None:
         given = [n for n in _LOADER_ONLY if ctx.get_parameter_source(n) is ParameterSource.COMMANDLINE]
