@@ -16,8 +16,10 @@ from click.core import ParameterSource
 
 from shardkit.engine.accounting_plot import write_accounting_plot
 from shardkit.engine.packing_report import packing_report
+from shardkit.errors import ConfigError
 from shardkit.format import MANIFEST_NAME
 from shardkit.loader import Loader, MixtureLoader
+from shardkit.megatron.options import split_data_path
 from shardkit.mixture import RecipeWarning
 from shardkit.mixture.megatron_recipe import read_recipe
 from shardkit.mixture.recipe import Recipe
@@ -248,25 +250,15 @@ def _megatron_options(ctx, order, samples, data_path, split, split_name, cache_d
         raise click.UsageError("--order megatron needs --megatron-samples (Megatron's --train-samples)")
     out: dict = {"num_samples": samples, "split": split, "split_name": split_name, "path_to_cache": cache_dir}
     if data_path is not None:
-        words = data_path.split()
-        if not words:
-            raise click.UsageError("--megatron-data-path: expected 'WEIGHT SHARD WEIGHT SHARD ...' or 'SHARD SHARD ...'")
-        weights = _numbers(words[0::2]) if len(words) % 2 == 0 else None
-        if weights is None:  # Megatron's weightless form: every word a prefix, weighted by its sample count
-            if _numbers(words[:1]) is not None:
-                raise click.UsageError("--megatron-data-path: expected 'WEIGHT SHARD WEIGHT SHARD ...' or "
-                                       "'SHARD SHARD ...'")
-            out["prefixes"], out["weights"] = words, None
-        else:
-            out["prefixes"], out["weights"] = words[1::2], weights if len(words) > 2 else None
+        try:
+            weights, prefixes = split_data_path(data_path.split())
+        except ConfigError:
+            prefixes = []
+        if not prefixes:
+            raise click.UsageError("--megatron-data-path: expected 'WEIGHT SHARD WEIGHT SHARD ...' or "
+                                   "'SHARD SHARD ...'")
+        out["prefixes"], out["weights"] = prefixes, weights if len(prefixes) > 1 else None
     return out
-
-
-def _numbers(words: list[str]) -> list[float] | None:
-    try:
-        return [float(w) for w in words]
-    except ValueError:
-        return None
 
 
 def _run(loader, steps, workers, as_json) -> StreamReport:

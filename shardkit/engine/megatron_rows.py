@@ -43,7 +43,8 @@ class MegatronTable:
     def pieces(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(piece indices of `rows` in row order, pieces per row, flat token starts, lengths)."""
         rows = np.asarray(rows, dtype=np.int64)
-        if self._last is not None and np.array_equal(self._last[0], rows):  # the reader asks twice per slab
+        if self._last is not None and np.array_equal(self._last[0], rows):  # verify_on_read / row_identity
+            # ask for a slab's pieces before the reader does
             counts, start, length, first = self._last[1]
         else:
             counts, start, length, first = order_pieces(self.order, rows)

@@ -14,7 +14,6 @@ prefix), by its name alone when only one dataset has it, or by its position in t
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -85,16 +84,12 @@ class DatasetUnion(Dataset):
 
     def shard_position(self, name: str) -> int:
         """A shard by `DATASET_DIR/NAME` (Megatron's prefix path) or by a name only one dataset has."""
-        if os.sep in name or "/" in name:
+        if "/" in name:  # a dataset's own directory (one shard), or DATASET_DIR/NAME: that part resolves it
+            path = Path(name.rstrip("/"))
             for i, d in enumerate(self.parts):
-                if Path(name).resolve() == Path(d.path).resolve():  # a dataset of one shard, by its directory
+                if Path(d.path).resolve() in (path.resolve(), path.parent.resolve()):
                     return int(self._first_shard[i]) + d.shard_position(name)
-            directory, _, short = name.rstrip("/").rpartition("/")
-            where = Path(directory).resolve()
-            for i, d in enumerate(self.parts):
-                if Path(d.path).resolve() == where:
-                    return int(self._first_shard[i]) + d.shard_position(short)
-            raise ConfigError(f"prefix {name!r}: {directory!r} is not one of the datasets read "
+            raise ConfigError(f"prefix {name!r}: {str(path.parent)!r} is not one of the datasets read "
                               f"({', '.join(str(d.path) for d in self.parts)}); add it to the loader's data")
         holders = [i for i, d in enumerate(self.parts) if any(s.name == name for s in d.shards)]
         if len(holders) > 1:

@@ -65,16 +65,5 @@ class OpenMaps:
                 self._held += fds
             return value
 
-    def discard(self, key: Hashable) -> None:
-        with self._lock:
-            got = self._entries.pop(key, None)
-            if got is not None:
-                self._held -= got[0]
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._held = 0
-
 
 OPEN_MAPS = OpenMaps()

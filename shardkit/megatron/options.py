@@ -13,9 +13,31 @@ from .blend import DEFAULT_SURPLUS, normalize_weights
 from .order import BlendOrder, GPTOrder, MegatronConfig, MegatronPrefix, build_order
 from .split import Split, split_matrix
 
-__all__ = ["MEGATRON_CORE_VERSION", "MegatronOptions"]
+__all__ = ["MEGATRON_CORE_VERSION", "MegatronOptions", "split_data_path"]
 
 MEGATRON_CORE_VERSION = "0.16.1"  # the megatron-core whose order this reproduces (tested against it)
+
+
+def split_data_path(words: Sequence[Any]) -> tuple[list[float] | None, list[Any]]:
+    """(weights, prefixes) of a `--data-path` as Megatron reads it: WEIGHT PREFIX pairs when the count is even
+    and every other word is a number; otherwise every word a prefix (weights None: the weightless blend,
+    each prefix weighted by its own sample count). A lone list that starts with a number is refused."""
+    weights = [_number(w) for w in words[0::2]]
+    if len(words) % 2 == 0 and all(w is not None for w in weights):
+        return weights, list(words[1::2])  # type: ignore[return-value]
+    if words and _number(words[0]) is not None:
+        raise ConfigError(f"expected WEIGHT PREFIX pairs or prefixes alone, got {len(words)} items starting "
+                          "with a number")
+    return None, list(words)
+
+
+def _number(word: Any) -> float | None:
+    if isinstance(word, bool):
+        return None
+    try:
+        return float(word)
+    except (TypeError, ValueError):
+        return None
 
 
 @dataclass(frozen=True, kw_only=True)

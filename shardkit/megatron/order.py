@@ -121,6 +121,8 @@ class GPTOrder:
         self.prefix, self.split, self.num_samples, self.config = prefix, split, num_samples, config
         self.documents = split_documents(prefix.num_sequences, bookend)
         self.cache = IndexCache(config.path_to_cache)
+        self._arrays: dict[str, np.ndarray] | None = None  # without a cache directory: built once, kept
+        self._key: str | None = None  # the cache key, computed once
 
     @property
     def drop_last_partial(self) -> bool:
@@ -151,14 +153,12 @@ class GPTOrder:
         """The three index arrays: kept in memory without a cache directory, else mapped from the cache and
         held in `OPEN_MAPS` (three descriptors), reopened when the budget let them go."""
         if self.cache.directory is None:
-            got = self.__dict__.get("_arrays")
-            if got is None:
-                got = self.__dict__["_arrays"] = self.cache.get(self._depends_on(), self._build)
-            return got  # type: ignore[no-any-return]
-        key = self.__dict__.get("_key")
-        if key is None:
-            key = self.__dict__["_key"] = cache_key(self._depends_on())
-        return OPEN_MAPS.get(("gpt", str(self.cache.directory), key), 3,  # type: ignore[no-any-return]
+            if self._arrays is None:
+                self._arrays = self.cache.get(self._depends_on(), self._build)
+            return self._arrays
+        if self._key is None:
+            self._key = cache_key(self._depends_on())
+        return OPEN_MAPS.get(("gpt", str(self.cache.directory), self._key), 3,  # type: ignore[no-any-return]
                              lambda: self.cache.get(self._depends_on(), self._build))
 
     def __len__(self) -> int:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,7 @@ from typing import Any
 from ..engine.skips import parse_skips
 from ..errors import ConfigError, brief
 from ..megatron.blend import DEFAULT_SURPLUS
+from ..megatron.options import split_data_path
 from ..order import BatchSchedule
 from ..remote.fs import is_remote
 from .recipe import FORMAT_VERSION, Recipe, _count, _int, _mapping, _positive, _read, _recipe, _schedule
@@ -128,7 +130,7 @@ def read_recipe(source: Any, *, strict: bool = False) -> Recipe | MegatronRecipe
     """A mixture `Recipe`, or a `MegatronRecipe` when the recipe says `order: megatron`."""
     if isinstance(source, (Recipe, MegatronRecipe)):
         return source
-    data = _read(Path(source)) if isinstance(source, (str, Path)) or hasattr(source, "__fspath__") else source
+    data = _read(Path(source)) if isinstance(source, (str, os.PathLike)) else source
     if isinstance(data, Mapping) and data.get("order", "shardkit") == "megatron":
         return _megatron_recipe(data, origin=str(source) if not isinstance(source, Mapping) else None)
     return _recipe(data, strict=strict, origin=str(source) if not isinstance(source, Mapping) else None)
@@ -202,29 +204,18 @@ def _data_path(value: Any, names: set[str]) -> tuple[tuple[float | None, str], .
     words = value.split() if isinstance(value, str) else value
     if not isinstance(words, list) or not words:
         raise ConfigError(f"{where}: expected [WEIGHT, SOURCE, WEIGHT, SOURCE, ...], got {brief(value)}")
-    weighted = len(words) % 2 == 0 and all(_weight(w) is not None for w in words[0::2])
-    if not weighted:  # as Megatron reads it: an odd count, or a non-number where a weight would be
-        if _weight(words[0]) is not None:
-            raise ConfigError(f"{where}: expected WEIGHT SOURCE pairs (or source names alone), got {len(words)} "
-                              "items")
-        pairs = [(None, name, k) for k, name in enumerate(words)]
-    else:
-        pairs = [(_weight(words[k]), words[k + 1], k + 1) for k in range(0, len(words), 2)]
+    try:
+        weights, names_used = split_data_path(words)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    step = 1 if weights is None else 2  # where each source name stands in the list
     out = []
-    for weight, name, k in pairs:
+    for i, name in enumerate(names_used):
+        k = i * step + step - 1
+        weight = None if weights is None else weights[i]
         if weight is not None and (not math.isfinite(weight) or weight <= 0):
             raise ConfigError(f"{where}[{k - 1}]: weight must be a positive number, got {brief(words[k - 1])}")
         if name not in names:
             raise ConfigError(f"{where}[{k}]: unknown source {brief(name)} (sources: {', '.join(sorted(names))})")
         out.append((weight, name))
     return tuple(out)
-
-
-def _weight(w: Any) -> float | None:
-    """A --data-path weight: a number (or its text); None for anything else."""
-    if isinstance(w, bool):
-        return None
-    try:
-        return float(w)
-    except (TypeError, ValueError):
-        return None
