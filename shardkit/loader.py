@@ -77,7 +77,8 @@ class LoaderConfig(ReadConfig):
     max_tokens: int | None = None
     max_epochs: int | None = None
     # "window": fixed windows over the token stream; "first_fit" / "best_fit": whole documents packed into
-    # rows (engine/packing.py), which then always carry loss_mask, position_ids and cu_seqlens
+    # rows (engine/packing.py), which then carry loss_mask, position_ids and cu_seqlens (or the boundary
+    # fields named in `fields`: BatchFields.for_packed_rows)
     packing: PackingStrategy | str = "window"
     # "shardkit": shardkit's own order; "megatron": megatron-core's GPTDataset/BlendedDataset order over the
     # dataset's shards as data prefixes, sliced as Megatron-LM's sampler slices it (`megatron=` options)

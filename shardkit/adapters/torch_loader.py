@@ -62,16 +62,16 @@ class _Layout:
     """The most bytes a slot can need: every field of `group` of the largest items, each run aligned."""
 
     def __init__(self, loader: Loader | MixtureLoader, token_dtype: np.dtype, group: int) -> None:
-        f = loader.config.fields
-        packed = loader.packs_rows  # packed rows always carry the document fields
+        packed = loader.packs_rows
+        f = loader.config.fields.for_packed_rows if packed else loader.config.fields
         rows, width = loader.max_item_shape()
         rows *= group
         sizes = [rows * width * token_dtype.itemsize]
-        if f.position_ids or packed:
+        if f.position_ids:
             sizes.append(rows * (width - 1) * 8)
-        if f.loss_mask or packed:
+        if f.loss_mask:
             sizes.append(rows * (width - 1) * 4)
-        if f.cu_seqlens or packed:
+        if f.cu_seqlens:
             sizes.append(rows * width * 4)
         if loader.labels_sources:
             sizes.append(rows * 8)  # the source of every row

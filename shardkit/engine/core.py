@@ -248,7 +248,8 @@ class Engine:
             enter_items[np.searchsorted(bounds, [r for r, _, _, _ in entering], side="right") - 1] = True
         # slabs: runs of whole items of ~SLAB_BYTES, each filled by one gather when its first item is due; a
         # slab also ends where a shuffle group begins, so one read spans at most two groups
-        slab_id = bounds[:-1] // max(1, SLAB_BYTES // row_bytes)
+        slab_bytes = self.packed.slab_bytes(rows, fields) if is_packed(rows) else SLAB_BYTES
+        slab_id = bounds[:-1] // max(1, slab_bytes // row_bytes)
         starts_slab = np.flatnonzero((np.diff(slab_id, prepend=-1) != 0) | enter_items)
         slab_bounds = bounds[np.append(starts_slab, units.size)].tolist()
         per_item = np.bincount(np.repeat(np.arange(units.size) * len(self.plan.names), counts) + rows.src,

@@ -253,8 +253,8 @@ class StreamFacade:
 
     @property
     def packs_rows(self) -> bool:
-        """Whether some rows are packed (packing=, order='megatron'): their items always carry loss_mask,
-        position_ids and cu_seqlens, and row_identity per document piece instead of per row."""
+        """Whether some rows are packed (packing=, order='megatron'): their items carry the document fields
+        (`BatchFields.for_packed_rows`), and row_identity per document piece instead of per row."""
         return any(isinstance(s.windows, PackedWindows) for s in self.engine.plan.streams.values())
 
     def max_item_shape(self) -> tuple[int, int]:

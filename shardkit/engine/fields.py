@@ -8,7 +8,8 @@ number of documents read.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -59,6 +60,16 @@ class BatchFields:
             return cls(**dict.fromkeys(items, True))
         raise ConfigError(f"fields must be a BatchFields, a dict of flags or a list of field names "
                           f"({', '.join(names)}), got {value!r}")
+
+    @cached_property
+    def for_packed_rows(self) -> BatchFields:
+        """The fields packed rows carry: all of position_ids, cu_seqlens and loss_mask, unless a boundary field
+        (position_ids or cu_seqlens) is named, then the named ones (loss_mask only if named). A packed row
+        needs its boundaries, or attention crosses its documents; a varlen trainer that masks padding itself
+        (`fields=["cu_seqlens"]`) pays for no per-token field."""
+        if self.position_ids or self.cu_seqlens:
+            return self
+        return replace(self, position_ids=True, cu_seqlens=True, loss_mask=True)
 
     @property
     def needs_docs(self) -> bool:

@@ -7,9 +7,10 @@ too: it cannot see the piece before it, which is in another row), and so is the 
 * `position_ids` restart at 0 at every piece (and at the padding);
 * `cu_seqlens` (int32, over the flattened inputs of the batch) has a boundary at every piece and at the
   padding, `max_seqlen` the longest segment;
-* `loss_mask` (float32, always present: padding must never be trained on) is 1 where input t and label
-  t + 1 are consecutive tokens of one piece, and 0 on padding and where the label begins a continuation
-  piece (that pair is trained in the piece before it). Where the label is the first token of another
+* `loss_mask` (float32; padding must not be trained on, so it is there unless `fields` names boundary
+  fields without it, `BatchFields.for_packed_rows`) is 1 where input t and label t + 1 are consecutive
+  tokens of one piece, and 0 on padding and where the label begins a continuation piece (that pair is
+  trained in the piece before it). Where the label is the first token of another
   document (the "what follows the end of a document" pair) it is 1, or 0 with `mask_doc_boundary`.
 
 `block_mask` turns `cu_seqlens` into the boolean attention mask `scaled_dot_product_attention` takes.

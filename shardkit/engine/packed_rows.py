@@ -30,6 +30,9 @@ from .windows import Windows
 
 __all__ = ["PackedReader", "PackedWindows", "is_packed", "windows_factory"]
 
+SLAB_BYTES = 256 << 10  # as the engine's slabs of windows: two live slabs stay in L2
+STORE_SLAB_BYTES = 2 << 20
+
 
 class PackedWindows(Windows):
     """The rows of a packing table, with `Windows`' interface (sample id = row id)."""
@@ -123,14 +126,14 @@ class _Slab:
     def covers(self, rows: Rows, a: int, z: int) -> bool:
         return rows is self.rows and self.a <= a and z <= self.z
 
-    def item(self, a: int, z: int, seq_len: int, mask_doc_boundary: bool) -> dict[str, Any]:
-        """loss_mask / position_ids / cu_seqlens / max_seqlen of rows [a, z): row slices of the slab's
-        arrays, and the slab's segment boundaries between them shifted to start at 0."""
-        key = (seq_len, mask_doc_boundary)
+    def item(self, a: int, z: int, seq_len: int, fields: BatchFields) -> dict[str, Any]:
+        """The packed fields `fields` names (`BatchFields.for_packed_rows`) of rows [a, z): row slices of the
+        slab's arrays, and the slab's segment boundaries between them shifted to start at 0."""
+        key = (seq_len, fields.mask_doc_boundary, fields.position_ids)
         got = self.fields.get(key)
         if got is None:
-            wanted = BatchFields(position_ids=True, cu_seqlens=True, loss_mask=True,
-                                 mask_doc_boundary=mask_doc_boundary)
+            wanted = BatchFields(position_ids=fields.position_ids, cu_seqlens=True, loss_mask=True,
+                                 mask_doc_boundary=fields.mask_doc_boundary)
             f = packed_fields(self.lengths, self.counts, self.first, seq_len, wanted)
             cu = f["cu_seqlens"]
             # every row begins a segment at its slot 0, so row r's boundaries start where cu == r·seq_len
@@ -138,40 +141,104 @@ class _Slab:
             got = self.fields[key] = (f, ptr, np.diff(cu))
         f, ptr, seg = got
         i, j = a - self.a, z - self.a
-        lo, hi = int(ptr[i]), int(ptr[j])
-        cu = f["cu_seqlens"][lo:hi + 1] - np.int32(i * seq_len)
-        return {"loss_mask": f["loss_mask"][i:j], "position_ids": f["position_ids"][i:j], "cu_seqlens": cu,
-                "max_seqlen": int(seg[lo:hi].max()) if hi > lo else 0}
+        out: dict[str, Any] = {}
+        if fields.loss_mask:
+            out["loss_mask"] = f["loss_mask"][i:j]
+        if fields.position_ids:
+            out["position_ids"] = f["position_ids"][i:j]
+        if fields.cu_seqlens:
+            lo, hi = int(ptr[i]), int(ptr[j])
+            out["cu_seqlens"] = f["cu_seqlens"][lo:hi + 1] - np.int32(i * seq_len)
+            out["max_seqlen"] = int(seg[lo:hi].max()) if hi > lo else 0
+        return out
 
 
 class _StoreSlab:
-    """A slab read from row stores: the rows' stored positions, masks and segment starts, widened into the
-    fields' dtypes once per slab (and mask flavour), handed out as row slices like `_Slab`'s."""
+    """A slab read from row stores: whole token rows, and the rows' segment starts as `cu_seqlens`; the
+    stored positions and masks are gathered (and widened into the fields' dtypes) only when an item asks
+    for them, once per slab, and handed out as row slices like `_Slab`'s."""
 
-    def __init__(self, rows: Rows, a: int, z: int, pos: np.ndarray, mask: np.ndarray, cu: np.ndarray,
-                 ptr: np.ndarray) -> None:
+    def __init__(self, rows: Rows, a: int, z: int, parts: list[tuple[Any, PackedWindows, np.ndarray]],
+                 cu: np.ndarray, ptr: np.ndarray) -> None:
         self.rows, self.a, self.z = rows, a, z
-        self.pos_stored, self.mask_stored = pos, mask
-        self.cu, self.ptr, self.seg = cu, ptr, np.diff(cu)
+        self.parts = parts
+        self.cu, self.ptr = cu, ptr
         self.pos: np.ndarray | None = None
+        self.mask_stored: np.ndarray | None = None
         self.masks: dict[bool, np.ndarray] = {}
+        # the items of one size from one row on, built together: (first row, rows per item, fields, items)
+        self._run: tuple[int, int, BatchFields, list[dict[str, Any]]] | None = None
 
     def covers(self, rows: Rows, a: int, z: int) -> bool:
         return rows is self.rows and self.a <= a and z <= self.z
 
-    def item(self, a: int, z: int, seq_len: int, mask_doc_boundary: bool) -> dict[str, Any]:
-        if self.pos is None:
-            self.pos = self.pos_stored.astype(np.int64)
+    def _gather(self, name: str) -> np.ndarray:
+        """The slab's rows of the stores' `name` file (`pos`, `mask`), in slab row order."""
+        parts = self.parts
+        if len(parts) == 1 and isinstance(parts[0][0], slice):
+            (_, pw, ids), = parts
+            return np.take(getattr(pw.store, name), ids, axis=0)
+        first = getattr(parts[0][1].store, name)
+        out = np.empty((self.z - self.a, first.shape[1]), dtype=first.dtype)
+        for sel, pw, ids in parts:
+            out[sel] = getattr(pw.store, name)[ids]
+        return out
+
+    def _mask(self, mask_doc_boundary: bool) -> np.ndarray:
         mask = self.masks.get(mask_doc_boundary)
         if mask is None:  # bit 1: the mask with mask_doc_boundary, bit 0: without
-            bits = np.right_shift(self.mask_stored, 1) if mask_doc_boundary else \
-                np.bitwise_and(self.mask_stored, 1)
+            if self.mask_stored is None:
+                self.mask_stored = self._gather("mask")
+            bits = np.right_shift(self.mask_stored, 1) if mask_doc_boundary else np.bitwise_and(self.mask_stored, 1)
             mask = self.masks[mask_doc_boundary] = bits.astype(np.float32)
-        i, j = a - self.a, z - self.a
-        lo, hi = int(self.ptr[i]), int(self.ptr[j])
-        cu = self.cu[lo:hi + 1] - np.int32(i * seq_len)
-        return {"loss_mask": mask[i:j], "position_ids": self.pos[i:j], "cu_seqlens": cu,
-                "max_seqlen": int(self.seg[lo:hi].max()) if hi > lo else 0}
+        return mask
+
+    def item(self, a: int, z: int, seq_len: int, fields: BatchFields) -> dict[str, Any]:
+        """The packed fields of rows [a, z). The items of a slab are consecutive and of one size, so the first
+        one asked for builds every item of its size to the slab's end in a few array operations; the others
+        are looked up."""
+        run = self._run
+        if run is not None and run[2] is fields:
+            k, off = divmod(a - run[0], run[1])
+            if off == 0 and z - a == run[1] and 0 <= k < len(run[3]):
+                return run[3][k]
+        items = self._items(a - self.a, z - a, seq_len, fields)
+        self._run = (a, z - a, fields, items)
+        return items[0]
+
+    def _items(self, i0: int, m: int, seq_len: int, fields: BatchFields) -> list[dict[str, Any]]:
+        """Items of `m` rows from slab row `i0` to the slab's end (a last shorter one included)."""
+        n_rows = self.z - self.a
+        bounds = np.append(np.arange(i0, n_rows, m, dtype=np.int64), n_rows)
+        rows_of = np.diff(bounds).tolist()
+        b = bounds.tolist()
+        items: list[dict[str, Any]] = [{} for _ in rows_of]
+        if fields.loss_mask:
+            mask = self._mask(fields.mask_doc_boundary)
+            for k, item in enumerate(items):
+                item["loss_mask"] = mask[b[k]:b[k + 1]]
+        if fields.position_ids:
+            if self.pos is None:
+                self.pos = self._gather("pos").astype(np.int64)
+            for k, item in enumerate(items):
+                item["position_ids"] = self.pos[b[k]:b[k + 1]]
+        if fields.cu_seqlens:
+            # each item's boundaries: the slab's, shifted to its first row, then its own end
+            lo = self.ptr[bounds]
+            nseg = np.diff(lo)
+            ends = np.cumsum(nseg + 1)
+            starts = ends - nseg - 1
+            flat = np.empty(int(ends[-1]), dtype=np.int32)
+            flat[concat_ranges(starts, nseg)] = self.cu[lo[0]:lo[-1]] - \
+                np.repeat((bounds[:-1] * seq_len).astype(np.int32), nseg)
+            flat[ends - 1] = np.diff(bounds) * seq_len
+            seg = np.diff(self.cu)
+            # every row begins a segment at its slot 0, so every item holds at least one
+            longest = np.maximum.reduceat(seg[lo[0]:lo[-1]], lo[:-1] - lo[0]).tolist()
+            for k, (s, e) in enumerate(zip(starts.tolist(), ends.tolist())):
+                items[k]["cu_seqlens"] = flat[s:e]
+                items[k]["max_seqlen"] = longest[k]
+        return items
 
 
 class PackedReader:
@@ -181,6 +248,14 @@ class PackedReader:
         self.mapper = mapper
         self.dtype = np.dtype(dtype)
         self._slab: _Slab | _StoreSlab | None = None
+
+    def slab_bytes(self, rows: Rows, fields: BatchFields) -> int:
+        """How many bytes of rows one slab holds: more from row stores when the items carry no per-token
+        field (only cu_seqlens), where a slab's cost is its fixed work (segments → cu_seqlens), not the copy."""
+        f = fields.for_packed_rows
+        light = not (f.loss_mask or f.position_ids)
+        return STORE_SLAB_BYTES if light and all(s.windows.store is not None for s in rows.streams.values()) \
+            else SLAB_BYTES
 
     def _parts(self, rows: Rows, a: int, z: int) -> list[tuple[Any, PackedWindows, np.ndarray]]:
         src = rows.src[a:z]
@@ -242,8 +317,8 @@ class PackedReader:
 
     def _from_stores(self, rows: Rows, a: int, z: int, width: int,
                      parts: list[tuple[Any, PackedWindows, np.ndarray]]) -> np.ndarray:
-        """Rows [a, z) copied whole from the row stores (one row-gather per file and part), with their
-        stored fields and `cu_seqlens` from the stored segment starts."""
+        """Rows [a, z) copied whole from the row stores (one row-gather per file and part), and `cu_seqlens`
+        from the stored segment starts; positions and masks wait until an item asks for them."""
         n = z - a
         seq_len = width - 1
         if len(parts) == 1 and isinstance(parts[0][0], slice):
@@ -254,20 +329,17 @@ class PackedReader:
             out = np.take(st.tokens, ids, axis=0)
             if out.dtype != self.dtype:
                 out = out.astype(self.dtype)
-            pos, mask = np.take(st.pos, ids, axis=0), np.take(st.mask, ids, axis=0)
             s0 = st.seg_ptr[ids]
             counts = st.seg_ptr[ids + 1] - s0
             seg = st.seg[concat_ranges(s0, counts)]
         else:
             out = np.empty((n, width), dtype=self.dtype)
-            pos = np.empty((n, seq_len), dtype=np.int64)
-            mask = np.empty((n, seq_len), dtype=np.uint8)
             counts = np.zeros(n, dtype=np.int64)
             row, segs = [], []
             for sel, pw, ids in parts:
                 st = pw.store
                 assert st is not None
-                out[sel], pos[sel], mask[sel] = st.tokens[ids], st.pos[ids], st.mask[ids]
+                out[sel] = st.tokens[ids]
                 s0 = st.seg_ptr[ids]
                 c = st.seg_ptr[ids + 1] - s0
                 counts[sel] = c
@@ -279,7 +351,7 @@ class PackedReader:
         cu = np.empty(seg.size + 1, dtype=np.int32)
         np.add(seg, np.repeat(np.arange(n, dtype=np.int32) * np.int32(seq_len), counts), out=cu[:-1])
         cu[-1] = n * seq_len
-        self._slab = _StoreSlab(rows, a, z, pos, mask, cu, ptr)
+        self._slab = _StoreSlab(rows, a, z, parts, cu, ptr)
         return out
 
     def _fill(self, pw: PackedWindows, counts: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
@@ -318,12 +390,12 @@ class PackedReader:
 
     def fields(self, rows: Rows, a: int, z: int, tokens: np.ndarray, seq_len: int, fields: BatchFields
                ) -> dict[str, Any]:
-        """The item's arrays: tokens (or input_ids/labels views), and always loss_mask, position_ids,
-        cu_seqlens, max_seqlen — a packed row without them would train across documents and on padding.
-        Computed once for the slab holding the item, handed out as views."""
+        """The item's arrays: tokens (or input_ids/labels views) and the packed fields
+        (`BatchFields.for_packed_rows`: loss_mask, position_ids, cu_seqlens and max_seqlen unless a boundary
+        field is named). Computed once for the slab holding the item, handed out as views."""
         out: dict[str, Any] = {"tokens": tokens} if fields.tokens_only else \
             {"input_ids": tokens[:, :-1], "labels": tokens[:, 1:]}
         if self._slab is None or not self._slab.covers(rows, a, z):
             self.slab(rows, a, z, seq_len + 1)
-        out.update(self._slab.item(a, z, seq_len, fields.mask_doc_boundary))  # type: ignore[union-attr]
+        out.update(self._slab.item(a, z, seq_len, fields.for_packed_rows))  # type: ignore[union-attr]
         return out

@@ -43,6 +43,9 @@ def _make(kind, root):
     if kind == "packed":  # whole documents best-fit into rows, with their document fields
         return Loader(root / "web", seq_len=SEQ, seed=3, batch_schedule=8, micro_batch_size=2, packing="best_fit",
                       packing_cache_dir=root / "packing-cache", fields=BatchFields(row_identity=True))
+    if kind == "packed-varlen":  # rows from the row store carrying only their boundaries (a varlen trainer)
+        return Loader(root / "web", seq_len=SEQ, seed=3, batch_schedule=8, micro_batch_size=2, packing="best_fit",
+                      packing_cache_dir=root / "packing-cache", packing_store=True, fields=["cu_seqlens"])
     if kind == "verify-on-read":
         return Loader(root / "code", seq_len=SEQ, seed=3, batch_schedule=8, micro_batch_size=4,
                       verify_on_read=True)
@@ -125,7 +128,7 @@ def test_workers_give_the_in_process_items_and_resume_exactly(root, kind, adapte
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["megatron-blend", "packed", "verify-on-read"])
+@pytest.mark.parametrize("kind", ["megatron-blend", "packed", "packed-varlen", "verify-on-read"])
 @pytest.mark.parametrize("method", METHODS)
 def test_megatron_blends_packed_rows_and_verify_on_read_cross_processes(root, kind, method):
     """The same through workers started with every method, restored before and after wrapping."""

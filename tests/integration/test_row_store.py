@@ -6,10 +6,10 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from shardkit import Loader, MixtureLoader
+from shardkit import Loader, MixtureLoader, Piecewise
 from shardkit.engine.packing import PackSpec
 from shardkit.engine.row_store import store_dir
 from shardkit.errors import ConfigError
@@ -75,6 +75,57 @@ def test_store_batches_equal_with_micro_batches_and_balance(corpus):
     kw = dict(rank=1, world_size=2, micro_batch_size=2, balance_ranks=True, batch_schedule=16)
     for a, b in zip(_batches(_loader(corpus, **kw), 40), _batches(_loader(corpus, packing_store=True, **kw), 40)):
         assert_same_batch(a, b)
+
+
+# field sets a trainer names (BatchFields.for_packed_rows): boundaries only, positions only, and with the mask
+FIELD_SETS = [["cu_seqlens"], ["position_ids"], ["cu_seqlens", "loss_mask"],
+              {"cu_seqlens": True, "position_ids": True, "loss_mask": True, "mask_doc_boundary": True},
+              {"cu_seqlens": True, "loss_mask": True, "tokens_only": True}]
+SCHEDULES = [8, Piecewise(pieces=((5, 4), (7, 12)), final=8)]  # items of several sizes inside one slab
+
+
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(which=st.integers(0, len(FIELD_SETS) - 1), seed=st.integers(0, 2**32), world=st.sampled_from([1, 2]),
+       micro=st.sampled_from([None, 2]), schedule=st.sampled_from([0, 1]), start=st.integers(0, 12))
+@example(which=0, seed=1, world=1, micro=None, schedule=1, start=0)  # item sizes 4 → 12 → 8 inside one slab
+def test_named_packed_fields_are_exactly_those_of_the_full_batch(corpus, which, seed, world, micro, schedule,
+                                                                   start):
+    """Packed rows carry only the fields named when a boundary field is named: the same arrays as in a batch
+    with every field, from the store as from the dataset, whatever the item sizes and resume point."""
+    named = FIELD_SETS[which]
+    flags = dict.fromkeys(named, True) if isinstance(named, list) else named
+    want = {k for k in ("position_ids", "loss_mask") if flags.get(k)} | \
+        ({"cu_seqlens", "max_seqlen"} if flags.get("cu_seqlens") else set())
+    rank = world - 1
+    kw = dict(seed=seed, rank=rank, world_size=world, micro_batch_size=micro, batch_schedule=SCHEDULES[schedule])
+    full = _loader(corpus, fields={"mask_doc_boundary": bool(flags.get("mask_doc_boundary")), "loss_mask": True,
+                                   "tokens_only": bool(flags.get("tokens_only"))}, **kw)
+    gathered, stored = _loader(corpus, fields=named, **kw), _loader(corpus, packing_store=True, fields=named, **kw)
+    state = full.state_at(start)
+    for ld in (full, gathered, stored):
+        ld.load_state_dict(state)
+    for f, g, s in zip(_batches(full, 25), _batches(gathered, 25), _batches(stored, 25)):
+        assert_same_batch(g, s)
+        assert {"position_ids", "loss_mask", "cu_seqlens", "max_seqlen"} & g.keys() == want
+        assert g.keys() - want == f.keys() - {"position_ids", "loss_mask", "cu_seqlens", "max_seqlen"}
+        for k in g:
+            assert np.array_equal(g[k], f[k]) if isinstance(g[k], np.ndarray) else g[k] == f[k], k
+
+
+def test_named_fields_in_a_mixture_from_stores(tmp_path, corpus):
+    path, _ = corpus
+    other = tmp_path / "other"
+    rng = np.random.default_rng(4)
+    write_dataset(other, [rng.integers(1, 60000, size=int(n), dtype=np.uint16) for n in rng.integers(1, 90, 300)],
+                  max_tokens_per_shard=2000)
+    recipe = {"seed": 3, "packing": "best_fit", "sources": {"a": {"path": str(path)}, "b": {"path": str(other)}},
+              "phases": [{"name": "p", "tokens": 10**5, "seq_len": SEQ, "batch": 8, "mix": {"a": 0.5, "b": 0.5}}]}
+    full = MixtureLoader(recipe, packing_cache_dir=tmp_path / "c")
+    named = MixtureLoader(recipe, packing_cache_dir=tmp_path / "c", packing_store=True, fields=["cu_seqlens"])
+    for f, n in zip(_batches(full, 30), _batches(named, 30)):
+        assert "loss_mask" not in n and "position_ids" not in n
+        for k in n:
+            assert np.array_equal(n[k], f[k]) if isinstance(n[k], np.ndarray) else n[k] == f[k], k
 
 
 def test_store_in_a_mixture_equals_gathered(tmp_path, corpus):
