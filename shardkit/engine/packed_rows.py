@@ -32,6 +32,7 @@ __all__ = ["PackedReader", "PackedWindows", "is_packed", "windows_factory"]
 
 SLAB_BYTES = 256 << 10  # as the engine's slabs of windows: two live slabs stay in L2
 STORE_SLAB_BYTES = 2 << 20
+_FEW_ITEMS = 8  # item_boundaries: up to this many bounds, a slice per item beats the vectorised pass
 
 
 class PackedWindows(Windows):
@@ -223,22 +224,32 @@ class _StoreSlab:
             for k, item in enumerate(items):
                 item["position_ids"] = self.pos[b[k]:b[k + 1]]
         if fields.cu_seqlens:
-            # each item's boundaries: the slab's, shifted to its first row, then its own end
-            lo = self.ptr[bounds]
-            nseg = np.diff(lo)
-            ends = np.cumsum(nseg + 1)
-            starts = ends - nseg - 1
-            flat = np.empty(int(ends[-1]), dtype=np.int32)
-            flat[concat_ranges(starts, nseg)] = self.cu[lo[0]:lo[-1]] - \
-                np.repeat((bounds[:-1] * seq_len).astype(np.int32), nseg)
-            flat[ends - 1] = np.diff(bounds) * seq_len
-            seg = np.diff(self.cu)
-            # every row begins a segment at its slot 0, so every item holds at least one
-            longest = np.maximum.reduceat(seg[lo[0]:lo[-1]], lo[:-1] - lo[0]).tolist()
-            for k, (s, e) in enumerate(zip(starts.tolist(), ends.tolist())):
-                items[k]["cu_seqlens"] = flat[s:e]
-                items[k]["max_seqlen"] = longest[k]
+            for item, cu, longest in zip(items, *item_boundaries(self.cu, self.ptr, bounds, seq_len)):
+                item["cu_seqlens"], item["max_seqlen"] = cu, longest
         return items
+
+
+def item_boundaries(cu: np.ndarray, ptr: np.ndarray, bounds: np.ndarray, seq_len: int
+                    ) -> tuple[list[np.ndarray], list[int]]:
+    """(cu_seqlens, max_seqlen) of each item of a slab: items are the slab rows between consecutive `bounds`,
+    `cu` the slab's segment starts in slab coordinates (ending with rows·seq_len), `ptr[r]` the index in `cu`
+    of row r's first segment (every row begins one at its slot 0). Few items: a slice each; many: one
+    vectorised pass whose per-call cost is paid once, not per item."""
+    lo = ptr[bounds]
+    if bounds.size <= _FEW_ITEMS:
+        seg = np.diff(cu[lo[0]:lo[-1] + 1])
+        b, p = bounds.tolist(), (lo - lo[0]).tolist()
+        return ([cu[lo_:hi_ + 1] - np.int32(r * seq_len) for lo_, hi_, r in zip(lo[:-1].tolist(), lo[1:].tolist(), b)],
+                [int(seg[x:y].max()) for x, y in zip(p[:-1], p[1:])])
+    nseg = np.diff(lo)
+    ends = np.cumsum(nseg + 1)
+    starts = ends - nseg - 1
+    flat = np.empty(int(ends[-1]), dtype=np.int32)
+    # each item's boundaries: the slab's, shifted to its first row, then its own end
+    flat[concat_ranges(starts, nseg)] = cu[lo[0]:lo[-1]] - np.repeat((bounds[:-1] * seq_len).astype(np.int32), nseg)
+    flat[ends - 1] = np.diff(bounds) * seq_len
+    longest = np.maximum.reduceat(np.diff(cu[lo[0]:lo[-1] + 1]), lo[:-1] - lo[0]).tolist()
+    return [flat[a:z] for a, z in zip(starts.tolist(), ends.tolist())], longest
 
 
 class PackedReader:
