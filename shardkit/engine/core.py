@@ -237,7 +237,9 @@ class Engine:
                 sel = rows.rows_of(j)
                 gate.upcoming(rows.gid[sel] - stream.windows.gid_base, rows.local[sel])
         # several ranks: hint this rank's own upcoming rows, about two shuffle groups' share ahead of delivery
-        ahead = self._rows_ahead(rows) if self.placement.world_size > 1 and self.read.readahead else 0
+        # (rows read from row stores: the dataset's pages are not read, so they are not hinted either)
+        ahead = self._rows_ahead(rows) if self.placement.world_size > 1 and self.read.readahead and \
+            not self.packed.from_stores(rows) else 0
         hinted_upto = 0
         def metrics_of(j: int) -> ReadMetrics:
             return self.reads[(j, p.seq_len)]

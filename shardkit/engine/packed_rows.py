@@ -260,13 +260,17 @@ class PackedReader:
         self.dtype = np.dtype(dtype)
         self._slab: _Slab | _StoreSlab | None = None
 
+    @staticmethod
+    def from_stores(rows: Rows) -> bool:
+        """Whether every row of `rows` is read from a row store (none from the dataset's shards)."""
+        return all(getattr(s.windows, "store", None) is not None for s in rows.streams.values())
+
     def slab_bytes(self, rows: Rows, fields: BatchFields) -> int:
         """How many bytes of rows one slab holds: more from row stores when the items carry no per-token
         field (only cu_seqlens), where a slab's cost is its fixed work (segments → cu_seqlens), not the copy."""
         f = fields.for_packed_rows
         light = not (f.loss_mask or f.position_ids)
-        return STORE_SLAB_BYTES if light and all(s.windows.store is not None for s in rows.streams.values()) \
-            else SLAB_BYTES
+        return STORE_SLAB_BYTES if light and self.from_stores(rows) else SLAB_BYTES
 
     def _parts(self, rows: Rows, a: int, z: int) -> list[tuple[Any, PackedWindows, np.ndarray]]:
         src = rows.src[a:z]

@@ -244,3 +244,16 @@ def test_opening_stores_holds_no_descriptor(corpus, tmp_path):
     import gc
     gc.collect()
     assert len(os.listdir("/proc/self/fd")) - before < 10
+
+
+def test_several_ranks_reading_the_store_hint_no_dataset_page(corpus):
+    """Rows from the store never read the dataset's shards, so no rank prefetches their pages (a hint would
+    read data nothing uses); the same rows gathered from the dataset are hinted."""
+    def prefetched(**kw):
+        loader = _loader(corpus, rank=3, world_size=4, batch_schedule=16, **kw)
+        _batches(loader, 40)
+        loader.engine.wait_hints()
+        return sum(m.bytes_prefetched for m in loader.engine.reads.values())
+
+    assert prefetched() > 0
+    assert prefetched(packing_store=True) == 0
