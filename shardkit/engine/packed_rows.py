@@ -124,9 +124,6 @@ class _Slab:
         self.lengths, self.counts, self.first = lengths, counts, first
         self.fields: dict[tuple[int, bool], tuple[dict[str, Any], np.ndarray, np.ndarray]] = {}
 
-    def covers(self, rows: Rows, a: int, z: int) -> bool:
-        return rows is self.rows and self.a <= a and z <= self.z
-
     def item(self, a: int, z: int, seq_len: int, fields: BatchFields) -> dict[str, Any]:
         """The packed fields `fields` names (`BatchFields.for_packed_rows`) of rows [a, z): row slices of the
         slab's arrays, and the slab's segment boundaries between them shifted to start at 0."""
@@ -167,11 +164,8 @@ class _StoreSlab:
         self.pos: np.ndarray | None = None
         self.mask_stored: np.ndarray | None = None
         self.masks: dict[bool, np.ndarray] = {}
-        # the items of one size from one row on, built together: (first row, rows per item, fields, items)
-        self._run: tuple[int, int, BatchFields, list[dict[str, Any]]] | None = None
-
-    def covers(self, rows: Rows, a: int, z: int) -> bool:
-        return rows is self.rows and self.a <= a and z <= self.z
+        # the items of one size from one row on, built together: first row → (end row, fields, item)
+        self._items_at: dict[int, tuple[int, BatchFields, dict[str, Any]]] = {}
 
     def _gather(self, name: str) -> np.ndarray:
         """The slab's rows of the stores' `name` file (`pos`, `mask`), in slab row order."""
@@ -198,13 +192,12 @@ class _StoreSlab:
         """The packed fields of rows [a, z). The items of a slab are consecutive and of one size, so the first
         one asked for builds every item of its size to the slab's end in a few array operations; the others
         are looked up."""
-        run = self._run
-        if run is not None and run[2] is fields:
-            k, off = divmod(a - run[0], run[1])
-            if off == 0 and z - a == run[1] and 0 <= k < len(run[3]):
-                return run[3][k]
-        items = self._items(a - self.a, z - a, seq_len, fields)
-        self._run = (a, z - a, fields, items)
+        got = self._items_at.get(a)
+        if got is not None and got[0] == z and got[1] is fields:
+            return got[2]
+        m = z - a
+        items = self._items(a - self.a, m, seq_len, fields)
+        self._items_at = {a + k * m: (min(a + (k + 1) * m, self.z), fields, item) for k, item in enumerate(items)}
         return items[0]
 
     def _items(self, i0: int, m: int, seq_len: int, fields: BatchFields) -> list[dict[str, Any]]:
@@ -410,7 +403,9 @@ class PackedReader:
         field is named). Computed once for the slab holding the item, handed out as views."""
         out: dict[str, Any] = {"tokens": tokens} if fields.tokens_only else \
             {"input_ids": tokens[:, :-1], "labels": tokens[:, 1:]}
-        if self._slab is None or not self._slab.covers(rows, a, z):
+        slab = self._slab
+        if slab is None or not (rows is slab.rows and slab.a <= a and z <= slab.z):  # not in the current slab
             self.slab(rows, a, z, seq_len + 1)
-        out.update(self._slab.item(a, z, seq_len, fields.for_packed_rows))  # type: ignore[union-attr]
+            slab = self._slab
+        out.update(slab.item(a, z, seq_len, fields.for_packed_rows))  # type: ignore[union-attr]
         return out
