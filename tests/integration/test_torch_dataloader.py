@@ -15,6 +15,7 @@ from shardkit.order import Ramp
 from shardkit.writer import write_dataset
 
 torch = pytest.importorskip("torch")
+from shardkit.adapters import torch_loader  # noqa: E402
 from shardkit.torch import ShardkitDataLoader  # noqa: E402
 
 SEQ = 16
@@ -66,13 +67,22 @@ CASES = [
 
 @pytest.mark.parametrize("case", range(len(CASES)))
 @pytest.mark.parametrize("workers,group", [(0, None), (1, 3), (2, None), (3, 2)])
-def test_same_items_as_the_loader(path, case, workers, group):
+def test_same_items_as_the_loader(path, case, workers, group, monkeypatch):
     kw = dict(seq_len=SEQ, seed=5, max_epochs=1, **CASES[case])
     ref = _items(Loader(path, **kw))
-    before = _shm_names()
+    created = []  # the segments this loader makes (other processes on the machine make their own)
+
+    class Recorded(torch_loader.shared_memory.SharedMemory):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            if kwargs.get("create"):
+                created.append(self.name.lstrip("/"))
+
+    monkeypatch.setattr(torch_loader.shared_memory, "SharedMemory", Recorded)
     got = _items(ShardkitDataLoader(Loader(path, **kw), num_workers=workers, group=group))
     _same(got, ref)
-    assert _shm_names() <= before  # the segment is unlinked when the iteration ends
+    assert len(created) == (1 if workers else 0)
+    assert not set(created) & _shm_names()  # the segment is unlinked when the iteration ends
 
 
 def test_token_dtype_and_resume_with_another_worker_count(path):
