@@ -204,9 +204,8 @@ class _StoreSlab:
         """Items of `m` rows from slab row `i0` to the slab's end (a last shorter one included)."""
         n_rows = self.z - self.a
         bounds = np.append(np.arange(i0, n_rows, m, dtype=np.int64), n_rows)
-        rows_of = np.diff(bounds).tolist()
         b = bounds.tolist()
-        items: list[dict[str, Any]] = [{} for _ in rows_of]
+        items: list[dict[str, Any]] = [{} for _ in b[1:]]
         if fields.loss_mask:
             mask = self._mask(fields.mask_doc_boundary)
             for k, item in enumerate(items):
