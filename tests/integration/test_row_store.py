@@ -112,14 +112,19 @@ def test_named_packed_fields_are_exactly_those_of_the_full_batch(corpus, which, 
             assert np.array_equal(g[k], f[k]) if isinstance(g[k], np.ndarray) else g[k] == f[k], k
 
 
-def test_named_fields_in_a_mixture_from_stores(tmp_path, corpus):
+def _mixture_recipe(tmp_path, corpus, seed):
+    """Two packed sources: the module's corpus and a second dataset of short documents."""
     path, _ = corpus
     other = tmp_path / "other"
-    rng = np.random.default_rng(4)
+    rng = np.random.default_rng(seed)
     write_dataset(other, [rng.integers(1, 60000, size=int(n), dtype=np.uint16) for n in rng.integers(1, 90, 300)],
                   max_tokens_per_shard=2000)
-    recipe = {"seed": 3, "packing": "best_fit", "sources": {"a": {"path": str(path)}, "b": {"path": str(other)}},
-              "phases": [{"name": "p", "tokens": 10**5, "seq_len": SEQ, "batch": 8, "mix": {"a": 0.5, "b": 0.5}}]}
+    return {"seed": 3, "packing": "best_fit", "sources": {"a": {"path": str(path)}, "b": {"path": str(other)}},
+            "phases": [{"name": "p", "tokens": 10**5, "seq_len": SEQ, "batch": 8, "mix": {"a": 0.5, "b": 0.5}}]}
+
+
+def test_named_fields_in_a_mixture_from_stores(tmp_path, corpus):
+    recipe = _mixture_recipe(tmp_path, corpus, seed=4)
     full = MixtureLoader(recipe, packing_cache_dir=tmp_path / "c")
     named = MixtureLoader(recipe, packing_cache_dir=tmp_path / "c", packing_store=True, fields=["cu_seqlens"])
     for f, n in zip(_batches(full, 30), _batches(named, 30)):
@@ -129,13 +134,7 @@ def test_named_fields_in_a_mixture_from_stores(tmp_path, corpus):
 
 
 def test_store_in_a_mixture_equals_gathered(tmp_path, corpus):
-    path, _ = corpus
-    other = tmp_path / "other"
-    rng = np.random.default_rng(3)
-    write_dataset(other, [rng.integers(1, 60000, size=int(n), dtype=np.uint16) for n in rng.integers(1, 90, 300)],
-                  max_tokens_per_shard=2000)
-    recipe = {"seed": 3, "packing": "best_fit", "sources": {"a": {"path": str(path)}, "b": {"path": str(other)}},
-              "phases": [{"name": "p", "tokens": 10**5, "seq_len": SEQ, "batch": 8, "mix": {"a": 0.5, "b": 0.5}}]}
+    recipe = _mixture_recipe(tmp_path, corpus, seed=3)
     g = MixtureLoader(recipe, packing_cache_dir=tmp_path / "c")
     s = MixtureLoader(recipe, packing_cache_dir=tmp_path / "c", packing_store=True)
     for a, b in zip(_batches(g, 30), _batches(s, 30)):
