@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import hashlib
+import itertools
 import json
 import logging
 import tempfile
@@ -47,7 +48,7 @@ from .remote_output import pack_to_remote
 from .slices import plan_task, read_slice_records
 from .stats import PackStats
 from .units import Unit, UnitMerger, work_items
-from .worker import WorkerSetup, encode_chunk, encode_item, encode_with, init_worker
+from .worker import WorkerSetup, encode_chunk, encode_item, encode_with, init_worker, preload_worker
 
 __all__ = ["PackProgress", "PackResult", "pack"]
 
@@ -238,13 +239,15 @@ def pack(config: PackConfig, *, progress: Callable[[PackProgress], None] | None 
 def _pack_local(config: PackConfig, *, progress: Callable[[PackProgress], None] | None = None) -> PackResult:
     """Pack into the local directory `config.output` (the whole pipeline; `pack` only routes).
 
-    The worker processes start first: their start-up (interpreter, imports: ~0.5 s each) then overlaps
-    listing the inputs, loading the tokenizer and its self-check here.
+    The worker processes start first: their start-up (interpreter, imports: ~0.2 s each, and loading
+    the fastokens encoder `auto` is expected to choose, see `preload_worker`) then overlaps listing the
+    inputs, loading the tokenizer and its self-check here.
     """
     t0 = time.monotonic()
     pin_malloc_thresholds()
     workers = config.effective_workers
-    pool = start_pool(workers, pin_malloc_thresholds, ()) if workers > 1 else None
+    pool = (start_pool(workers, preload_worker, (config.tokenize.tokenizer, config.tokenize.backend))
+            if workers > 1 else None)
     finished = False
     try:
         result = _pack_with(config, progress, pool, t0)
@@ -465,17 +468,17 @@ class _UseReference(Exception):
         self.tokenizer = tokenizer
 
 
-def _checked(chunks: Iterable[Chunk | Unit], check: Callable[[], Tokenizer | None] | None
+def _checked(chunks: Iterable[Chunk | Unit], check: Callable[[], Tokenizer | None] | None, ahead: int = 1
              ) -> Iterator[Chunk | Unit]:
-    """The chunks, with the self-check run after the first is handed over (the workers are starting then).
+    """The chunks, with the self-check run after the first `ahead` are handed over (one per worker: they
+    start encoding while it runs).
 
-    The ordered map takes a second chunk before it returns any result, so a failing check stops the run
-    before anything is written; pack then starts over with the tokenizer the check fell back to.
+    The ordered map takes `workers + 2` chunks before it returns any result, so a check run before the
+    next chunk is taken stops a failing run before anything is written; pack then starts over with the
+    tokenizer the check fell back to.
     """
     it = iter(chunks)
-    first = next(it, None)
-    if first is not None:
-        yield first
+    yield from itertools.islice(it, ahead)
     if check is not None:
         replacement = check()
         if replacement is not None:
@@ -498,7 +501,8 @@ def _encoded(chunks: Iterable[Chunk | Unit], workers: int, setup: WorkerSetup,
         return (item, config.reader) if isinstance(item, Unit) else item.texts
 
     if pool is not None:  # started before the tokenizer was chosen: each task names the setup
-        return ordered_map(encode_with, _checked(chunks, check), payload=lambda item: (setup, payload(item)),
+        return ordered_map(encode_with, _checked(chunks, check, ahead=workers),
+                           payload=lambda item: (setup, payload(item)),
                            workers=workers, initializer=init_worker, initargs=(setup,), pool=pool)
     return ordered_map(encode_item, _checked(chunks, check), payload=payload, workers=workers,
                        initializer=init_worker, initargs=(setup, loaded) if workers <= 1 else (setup,))
