@@ -6,7 +6,7 @@ point at any shard boundary, and the skip events in their order relative to the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,13 +15,18 @@ from ..errors import ReaderError
 from ..readers import ReaderConfig, Record, read_records
 from ..sources import InputFile
 
-__all__ = ["Skip", "Chunk", "iter_chunks", "skip_reason", "CHUNK_CHARS", "CHUNK_DOCS", "MAX_DOC_CHARS"]
+__all__ = ["Skip", "Chunk", "iter_chunks", "skip_reason", "sample_texts", "first_samples", "CHUNK_CHARS", "CHUNK_DOCS",
+           "MAX_DOC_CHARS"]
 
 CHUNK_CHARS = 1 << 20  # ~1 MB of text per task: large enough to amortise IPC, small enough to stay flat
 CHUNK_DOCS = 4096
 # Tokenizing a document holds ~8-10x its size at once (text, its copy in the worker, ids, offsets); past
 # this many characters a document is skipped with its reason, so one input cannot take gigabytes.
 MAX_DOC_CHARS = 64 << 20
+# the tokenizer self-check's sample: the first documents, each cut short (see sample_texts)
+SAMPLE_DOCS = 128
+SAMPLE_CHARS = 1 << 18
+SAMPLE_DOC_CHARS = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,24 +124,39 @@ def _too_long(chars: int) -> str:
             "(tokenizing it would take gigabytes at once); split it into smaller documents")
 
 
-def sample_texts(files: Sequence[InputFile], reader: ReaderConfig, *, max_docs: int = 128,
-                 max_chars: int = 1 << 18, per_doc: int = 8192,
+def sample_texts(files: Sequence[InputFile], reader: ReaderConfig, *, max_docs: int = SAMPLE_DOCS,
+                 max_chars: int = SAMPLE_CHARS, per_doc: int = SAMPLE_DOC_CHARS,
                  read: Callable[[InputFile, ReaderConfig, int], Iterator[Record]] = read_records) -> list[str]:
     """The first documents of the input (each cut to `per_doc` chars), for the tokenizer self-check.
 
     Small on purpose: the slow reference backend encodes it at every pack start-up. Unreadable files
     are passed over (the pack itself reports them).
     """
+    def texts() -> Iterator[str]:
+        for f in files:
+            try:
+                for rec in read(f, reader, 0):
+                    if rec.text:
+                        yield rec.text
+            except ReaderError:
+                continue
+
+    return first_samples(texts(), max_docs=max_docs, max_chars=max_chars, per_doc=per_doc)
+
+
+def first_samples(texts: Iterable[str], *, max_docs: int = SAMPLE_DOCS, max_chars: int = SAMPLE_CHARS,
+                  per_doc: int = SAMPLE_DOC_CHARS) -> list[str]:
+    """The leading texts, each cut to `per_doc` chars, up to `max_docs` texts or `max_chars` in all.
+
+    A pack that starts at the first input reads its first chunk anyway: its texts give the same
+    sample as `sample_texts` without reading the start of the input twice.
+    """
     out: list[str] = []
     chars = 0
-    for f in files:
-        try:
-            for rec in read(f, reader, 0):
-                if rec.text:
-                    out.append(rec.text[:per_doc])
-                    chars += len(out[-1])
-                    if len(out) >= max_docs or chars >= max_chars:
-                        return out
-        except ReaderError:
-            continue
+    for text in texts:
+        if text:
+            out.append(text[:per_doc])
+            chars += len(out[-1])
+            if len(out) >= max_docs or chars >= max_chars:
+                break
     return out

@@ -7,8 +7,10 @@ and a resumed run restarts from the exact input position and statistics the jour
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
+import itertools
 import json
 import logging
 import tempfile
@@ -36,16 +38,17 @@ from ..tokenizers.spec import needs_self_check, self_check
 from ..tokenizers.tiktoken_backend import TiktokenTokenizer
 from ..writer import JOURNAL_NAME, Journal, JournalEntry, ShardWriter
 from .budget import check_skip_budget, empty_files, is_encoding_problem
-from .chunks import Chunk, Skip, iter_chunks, sample_texts
+from .chunks import Chunk, Skip, first_samples, iter_chunks, sample_texts
 from .config import OnError, PackConfig, ResumeMode
 from .memory import pin_malloc_thresholds
 from .output_dir import locked_output, outside_output, prepare_output, remove_shardkit_files
+from .pipeline import ThreadedMap
 from .pool import ordered_map, start_pool, stop_pool
 from .remote_output import pack_to_remote
 from .slices import plan_task, read_slice_records
 from .stats import PackStats
 from .units import Unit, UnitMerger, work_items
-from .worker import WorkerSetup, encode_item, encode_with, init_worker
+from .worker import WorkerSetup, encode_chunk, encode_item, encode_with, init_worker, preload_worker
 
 __all__ = ["PackProgress", "PackResult", "pack"]
 
@@ -236,13 +239,15 @@ def pack(config: PackConfig, *, progress: Callable[[PackProgress], None] | None 
 def _pack_local(config: PackConfig, *, progress: Callable[[PackProgress], None] | None = None) -> PackResult:
     """Pack into the local directory `config.output` (the whole pipeline; `pack` only routes).
 
-    The worker processes start first: their start-up (interpreter, imports: ~0.5 s each) then overlaps
-    listing the inputs, loading the tokenizer and its self-check here.
+    The worker processes start first: their start-up (interpreter, imports: ~0.2 s each, and loading
+    the fastokens encoder `auto` is expected to choose, see `preload_worker`) then overlaps listing the
+    inputs, loading the tokenizer and its self-check here.
     """
     t0 = time.monotonic()
     pin_malloc_thresholds()
     workers = config.effective_workers
-    pool = start_pool(workers, pin_malloc_thresholds, ()) if workers > 1 else None
+    pool = (start_pool(workers, preload_worker, (config.tokenize.tokenizer, config.tokenize.backend))
+            if workers > 1 else None)
     finished = False
     try:
         result = _pack_with(config, progress, pool, t0)
@@ -280,7 +285,10 @@ def _pack_with(config: PackConfig, progress: Callable[[PackProgress], None] | No
         # the fast path's self-check on real input runs once the workers are starting (see _encoded)
         tokenizer = load_tokenizer(config.tokenize.tokenizer, backend=config.tokenize.backend)
         note = getattr(tokenizer, "fastpath_note", None)
-        samples = sample_texts(files, config.reader, read=read_slice_records) if needs_self_check(tokenizer) else []
+        workers = config.effective_workers
+        # one worker starting at the first input checks on its first chunk (the same documents, read once)
+        samples = (sample_texts(files, config.reader, read=read_slice_records)
+                   if needs_self_check(tokenizer) and (workers > 1 or previous is not None) else None)
         spec = tokenizer.spec
         dtype = token_dtype_for_vocab(spec.vocab_size)
         spec_json = {k: v for k, v in spec.to_json().items() if k != "backend"}
@@ -328,7 +336,6 @@ def _pack_with(config: PackConfig, progress: Callable[[PackProgress], None] | No
             if config.on_error is OnError.FAIL:
                 raise PackError(f"{e} (stopped by --on-error fail)")
 
-        workers = config.effective_workers
         scratch = tempfile.TemporaryDirectory(prefix="shardkit-pack-")  # the compiled encoding, for workers
 
         def setup_for(tok: Tokenizer) -> WorkerSetup:
@@ -355,30 +362,23 @@ def _pack_with(config: PackConfig, progress: Callable[[PackProgress], None] | No
             return iter_chunks(files, config.reader, start_file=f, start_record=r,
                                on_file_error=fail_file, read=read_slice_records)
 
-        def check() -> Tokenizer:
-            nonlocal note
-            checked, note = self_check(tokenizer, samples, backend=config.tokenize.backend)
-            return checked
-
-        def check_after() -> Tokenizer | None:
+        def check_after(first: Chunk | None = None) -> Tokenizer | None:
             """The tokenizer to start over with, or None when the one the workers run passed."""
-            checked = check()
+            nonlocal note
+            texts = samples if samples is not None else first_samples(first.texts if first is not None else [])
+            checked, note = self_check(tokenizer, texts, backend=config.tokenize.backend)
             return None if checked is tokenizer else checked
 
         try:
-            if workers <= 1 and needs_self_check(tokenizer):
-                tokenizer = check()  # in-process: nothing to overlap it with
             try:
                 # the workers start once: the pool is restarted only when a real self-check fails
                 deferred = check_after if needs_self_check(tokenizer) else None
-                for chunk, tokens, lengths in _merged(_encoded(chunks(), workers, setup_for(tokenizer), deferred,
-                                                               tokenizer, config, pool), fail_file):
-                    run.consume(chunk, tokens, lengths)
+                _consume_all(run, _merged(_encoded(chunks(), workers, setup_for(tokenizer), deferred, tokenizer,
+                                                   config, pool), fail_file))
             except _UseReference as fallback:  # the self-check failed before any result was consumed
                 tokenizer = fallback.tokenizer
-                for chunk, tokens, lengths in _merged(_encoded(chunks(), workers, setup_for(tokenizer), None,
-                                                               tokenizer, config, pool), fail_file):
-                    run.consume(chunk, tokens, lengths)
+                _consume_all(run, _merged(_encoded(chunks(), workers, setup_for(tokenizer), None, tokenizer,
+                                                   config, pool), fail_file))
             run.finish()
         except BaseException:
             writer.abort()
@@ -429,6 +429,13 @@ def _pack_with(config: PackConfig, progress: Callable[[PackProgress], None] | No
                       skip_examples=list(stats.skip_examples), empty_files=empty_files(stats, files))
 
 
+def _consume_all(run: _Run, results: Iterator[tuple[Chunk, np.ndarray, np.ndarray]]) -> None:
+    """Write every result; on any error (or Ctrl-C) the pipeline behind `results` is stopped at once."""
+    with contextlib.closing(results):
+        for chunk, tokens, lengths in results:
+            run.consume(chunk, tokens, lengths)
+
+
 def _drop_too_long(chunk: Chunk, tokens: np.ndarray, lengths: np.ndarray
                    ) -> tuple[Chunk, np.ndarray, np.ndarray]:
     """Turn documents past the index format's length limit into skip events (rare: a >2G-token doc)."""
@@ -461,17 +468,17 @@ class _UseReference(Exception):
         self.tokenizer = tokenizer
 
 
-def _checked(chunks: Iterable[Chunk | Unit], check: Callable[[], Tokenizer | None] | None
+def _checked(chunks: Iterable[Chunk | Unit], check: Callable[[], Tokenizer | None] | None, ahead: int = 1
              ) -> Iterator[Chunk | Unit]:
-    """The chunks, with the self-check run after the first is handed over (the workers are starting then).
+    """The chunks, with the self-check run after the first `ahead` are handed over (one per worker: they
+    start encoding while it runs).
 
-    The ordered map takes a second chunk before it returns any result, so a failing check stops the run
-    before anything is written; pack then starts over with the tokenizer the check fell back to.
+    The ordered map takes `workers + 2` chunks before it returns any result, so a check run before the
+    next chunk is taken stops a failing run before anything is written; pack then starts over with the
+    tokenizer the check fell back to.
     """
     it = iter(chunks)
-    first = next(it, None)
-    if first is not None:
-        yield first
+    yield from itertools.islice(it, ahead)
     if check is not None:
         replacement = check()
         if replacement is not None:
@@ -480,7 +487,7 @@ def _checked(chunks: Iterable[Chunk | Unit], check: Callable[[], Tokenizer | Non
 
 
 def _encoded(chunks: Iterable[Chunk | Unit], workers: int, setup: WorkerSetup,
-             check: Callable[[], Tokenizer | None] | None, loaded: Tokenizer | None, config: PackConfig,
+             check: Callable[..., Tokenizer | None] | None, loaded: Tokenizer | None, config: PackConfig,
              pool: ProcessPoolExecutor | None = None):
     """Only the texts (or a unit to read) travel to the workers; positions and skips stay here.
 
@@ -488,16 +495,40 @@ def _encoded(chunks: Iterable[Chunk | Unit], workers: int, setup: WorkerSetup,
     as much as encoding ~10 MB of text with fastokens.
     """
     if workers <= 1:
-        check = None  # checked before (one process: the first result would be consumed before the check)
+        return _in_threads(chunks, setup, check, loaded)  # type: ignore[arg-type]  # (never units here)
 
     def payload(item: Chunk | Unit) -> list[str] | tuple[Unit, Any]:
         return (item, config.reader) if isinstance(item, Unit) else item.texts
 
     if pool is not None:  # started before the tokenizer was chosen: each task names the setup
-        return ordered_map(encode_with, _checked(chunks, check), payload=lambda item: (setup, payload(item)),
+        return ordered_map(encode_with, _checked(chunks, check, ahead=workers),
+                           payload=lambda item: (setup, payload(item)),
                            workers=workers, initializer=init_worker, initargs=(setup,), pool=pool)
     return ordered_map(encode_item, _checked(chunks, check), payload=payload, workers=workers,
                        initializer=init_worker, initargs=(setup, loaded) if workers <= 1 else (setup,))
+
+
+def _in_threads(chunks: Iterable[Chunk], setup: WorkerSetup, check: Callable[[Chunk], Tokenizer | None] | None,
+                loaded: Tokenizer | None) -> Iterator[tuple[Chunk, tuple[np.ndarray, np.ndarray]]]:
+    """One worker: reading, tokenizing and writing overlap in threads (pipeline.py), results in order.
+
+    The self-check runs in the tokenizing thread before it encodes the first chunk (given the chunk:
+    a fresh pack samples its first documents there), while the reading thread reads on; the tokenizer
+    is never used by two threads at once, and a failing check stops the run before anything was written.
+    """
+    init_worker(setup, loaded)
+    pending = check
+
+    def encode(chunk: Chunk) -> tuple[np.ndarray, np.ndarray]:
+        nonlocal pending
+        if pending is not None:
+            replacement, pending = pending(chunk), None
+            if replacement is not None:
+                raise _UseReference(replacement)
+        return encode_chunk(chunk.texts)
+
+    with ThreadedMap(encode, chunks) as results:
+        yield from results
 
 
 def _merged(results: Iterable[tuple[Chunk | Unit, Any]], on_file_error: Callable[[ReaderError], None]

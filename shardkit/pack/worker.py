@@ -17,7 +17,7 @@ from ..tokenizers.tiktoken_backend import TiktokenTokenizer
 from .memory import pin_malloc_thresholds
 from .units import Unit, UnitResult, read_unit
 
-__all__ = ["WorkerSetup", "init_worker", "encode_chunk", "encode_item", "encode_with", "add_specials"]
+__all__ = ["WorkerSetup", "init_worker", "preload_worker", "encode_chunk", "encode_item", "encode_with", "add_specials"]
 
 
 @dataclass(frozen=True)
@@ -34,18 +34,43 @@ class WorkerSetup:
 
 
 _STATE: tuple[Tokenizer, WorkerSetup] | None = None
+_PRELOADED: tuple[str, Tokenizer] | None = None  # (tokenizer spec, its fastokens encoder), see preload_worker
+
+
+def preload_worker(tokenizer: str, backend: str) -> None:
+    """Pool initializer: load `tokenizer` with fastokens now, the backend `auto` takes for a tokenizer.json.
+
+    The pool starts before the parent has chosen the backend (its load, probe and self-check take
+    ~0.3 s): loading here overlaps that, instead of following it at the first task. The encoder kept
+    is the one `load_tokenizer(tokenizer, backend="fastokens", threads=1)` gives, the very call
+    `init_worker` makes, and only a setup naming that backend and tokenizer uses it. Anything else
+    (another kind of tokenizer, no fastokens, an error) preloads nothing: the first task loads what
+    its setup names and reports any error itself.
+    """
+    global _PRELOADED
+    pin_malloc_thresholds()
+    if backend not in ("auto", "fastokens"):
+        return
+    try:
+        _PRELOADED = (tokenizer, load_tokenizer(tokenizer, backend="fastokens", threads=1))
+    except Exception:  # noqa: BLE001 - a guess that did not pan out; the real load reports errors
+        _PRELOADED = None
 
 
 def init_worker(setup: WorkerSetup, loaded: Tokenizer | None = None) -> None:
     """Load the backend `setup` names; `loaded` is the caller's own when it runs in-process."""
-    global _STATE
+    global _STATE, _PRELOADED
     pin_malloc_thresholds()
     if loaded is not None and setup.backend in (loaded.spec.backend, "auto"):
         tok: Tokenizer = loaded
+    elif _PRELOADED is not None and setup.backend == "fastokens" and _PRELOADED[0] == setup.tokenizer:
+        tok = _PRELOADED[1]
     elif setup.compiled is not None:
         tok = TiktokenTokenizer.load_compiled(Path(setup.compiled), threads=1)
     else:
         tok = load_tokenizer(setup.tokenizer, backend=setup.backend, threads=1)
+    if _PRELOADED is not None and tok is not _PRELOADED[1]:
+        _PRELOADED = None  # another backend was chosen: free the guess
     _STATE = (tok, setup)
 
 

@@ -43,17 +43,25 @@ def pack_cmd(src: Path, out: Path, *, workers: int = 1, extra: tuple[str, ...] =
 
 def strace_cmd(cmd: list[str], *, syscall: str, path: Path, nth: int, log: Path, action: str = "signal=KILL"
                ) -> list[str]:
-    """`cmd` under strace, with `action` injected into the `nth` `syscall` on `path` (logged to `log`)."""
+    """`cmd` under strace, with `action` injected into the `nth` `syscall` on `path` (logged to `log`).
+
+    `-f` follows the process's threads: a 1-worker pack reads its inputs in a thread of its own
+    (pack/pipeline.py). strace counts `nth` per thread; each file is read, or written, by one thread.
+    """
     if STRACE is None:
         raise RuntimeError("strace is not installed")
     calls = SYSCALLS.get(syscall, syscall)
-    return [STRACE, "-qq", "-y", "-o", str(log), "-P", str(path), "-e", f"trace={calls}",
+    return [STRACE, "-f", "-qq", "-y", "-o", str(log), "-P", str(path), "-e", f"trace={calls}",
             "-e", f"inject={calls}:{action}:when={nth}", *cmd]
+
+
+_PID = re.compile(r"^\d+ +")  # strace -f -o: each line starts with the thread's id
 
 
 def last_call(log: Path) -> str:
     """The syscall strace saw last (the injected one), shortened to `name(path…)`."""
-    lines = [ln for ln in log.read_text(errors="replace").splitlines() if "(" in ln and not ln.startswith("+++")]
+    lines = [_PID.sub("", ln) for ln in log.read_text(errors="replace").splitlines()]
+    lines = [ln for ln in lines if "(" in ln and not ln.startswith(("+++", "<..."))]
     if not lines:
         return "(no traced call)"
     line = re.sub(r"AT_FDCWD<[^>]*>", "", lines[-1])

@@ -1,7 +1,8 @@
 """The crash matrix: SIGKILL a real `shardkit pack` at exact syscalls, and a training loop at random steps.
 
-Pack: each point is "the N-th SYSCALL on FILE" (strace delivers SIGKILL as the pack's main thread enters
-it; see faults_support). The points are targeted — every phase: taking the lock, writing the journal,
+Pack: each point is "the N-th SYSCALL on FILE" (strace delivers SIGKILL as the thread that makes the call
+enters it: the 1-worker pack reads its inputs in a thread of its own and writes in its main thread, see
+pack/pipeline.py and faults_support). The points are targeted — every phase: taking the lock, writing the journal,
 opening and reading inputs, the moment a chunk has been tokenized, writing, fsyncing and renaming each
 kind of shard file, the journal appends, the directory fsyncs, the manifest — plus a seeded random draw
 over (syscall, shard, file, occurrence). They run as one chain on one output directory, in the order
@@ -64,6 +65,7 @@ pytestmark = pytest.mark.skipif(STRACE is None, reason="strace is not installed 
 SEED = 8  # the random points; change only deliberately (the printed table lists what each one hit)
 RANDOM_POINTS = 10
 _CALL = re.compile(r'^(\w+)\((.*)')
+_PID = re.compile(r"^\d+ +")  # strace -f: the thread's id before each call
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,7 @@ def _calls(log: Path) -> list[tuple[str, str]]:
     names = {v: k for k, group in SYSCALLS.items() for v in group.split(",")}
     out = []
     for line in log.read_text(errors="replace").splitlines():
-        m = _CALL.match(line)
+        m = _CALL.match(_PID.sub("", line))
         if not m:
             continue
         args = re.sub(r"AT_FDCWD<[^>]*>", "", m.group(2))
@@ -115,7 +117,7 @@ def reference(tmp_path_factory):
     ref = base / "ref"
     log = base / "ref.strace"
     traced = ",".join(SYSCALLS.values()) + ",flock"
-    r = run([STRACE, "-qq", "-y", "-o", str(log), "-e", f"trace={traced}", *pack_cmd(src, ref)])
+    r = run([STRACE, "-f", "-qq", "-y", "-o", str(log), "-e", f"trace={traced}", *pack_cmd(src, ref)])
     assert r.returncode == 0, r.stderr
     return src, ref, _calls(log)
 

@@ -99,14 +99,15 @@ def test_killed_pack_leaves_no_worker_behind(reference, tmp_path):
     assert not alive, f"orphaned workers still running: {alive}"
 
 
-def test_kill_at_random_moments_repeatedly(reference, tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])  # 1: reading, tokenizing and writing in threads (pipeline.py)
+def test_kill_at_random_moments_repeatedly(reference, tmp_path, workers):
     """Several kills in a row on the same output, then finish: still identical."""
     src, ref = reference
     out = tmp_path / "out"
     rng = random.Random(11)
     kills = 0
     for _ in range(4):
-        proc = subprocess.Popen(_cmd(src, out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(_cmd(src, out, workers), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(rng.uniform(0.3, 1.5))
         if proc.poll() is not None:  # it finished before this kill (a fast machine): nothing left to resume
             assert proc.returncode == 0
@@ -117,7 +118,7 @@ def test_kill_at_random_moments_repeatedly(reference, tmp_path):
         if (out / "manifest.json").exists():  # the kill landed after the last rename, before the exit
             break
     else:
-        done = subprocess.run(_cmd(src, out), capture_output=True, text=True)
+        done = subprocess.run(_cmd(src, out, workers), capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
     assert kills >= 1, "every pack finished before its kill: the test killed nothing"
     assert_same_dataset(ref, out)
