@@ -26,7 +26,7 @@ from .progress import StatusLine, pack_status
 @click.command("demo")
 @click.option("-o", "--output", default="demo-out", show_default=True, type=click.Path(file_okay=False),
               help="Working directory (corpus/ and dataset/ are written inside).")
-@click.option("-w", "--workers", type=click.IntRange(min=0), default=0, help="Tokenizer processes (0 = one per core).")
+@click.option("-w", "--workers", type=click.IntRange(min=0), default=0, help="Tokenizer processes (0 = chosen from the cores, as pack does).")
 def demo_cmd(output, workers):
     """Build a corpus from the Python standard library, pack it with the bytes tokenizer, open and check it."""
     root = Path(output)

@@ -42,8 +42,8 @@ def _shard_size(ctx, param, value):
               show_default=True, help="auto: the fastest backend found exact (fastokens, the tiktoken fast path), "
                                       "else tokenizers.")
 @click.option("-w", "--workers", type=click.IntRange(min=0), default=0,
-              help="Tokenizer processes (0 = one per core; 1 = this process, reading and tokenizing in threads "
-                   "beside the writer).")
+              help="Tokenizer processes (0 = one per core, or 1 on a machine of one or two cores; 1 = this "
+                   "process, reading and tokenizing in threads beside the writer).")
 @click.option("--shard-size", default="1GiB", show_default=True, callback=_shard_size,
               help="Roll over to a new shard at this size: bytes ('1GiB', '256MB') or tokens ('500M tokens').")
 @click.option("--checksum-block-size", type=ByteSize(), default="16MiB", show_default=True,

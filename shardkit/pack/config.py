@@ -58,7 +58,7 @@ class PackConfig:
     # the skip budget (budget.py): past this share of skipped records or input bytes the pack is not
     # finalised. Not part of the job: re-running with a larger budget finishes the same pack at once.
     max_skip_fraction: float = DEFAULT_MAX_SKIP_FRACTION
-    workers: int = 0  # 0: one per core
+    workers: int = 0  # 0: `auto_workers` of the usable cores
     overwrite: bool = False
     resume: ResumeMode = ResumeMode.AUTO
     # remote inputs and outputs (any fsspec URL; docs/remote.md). None of these shape the output bytes.
@@ -73,7 +73,7 @@ class PackConfig:
         if not self.inputs:
             raise ConfigError("no inputs given: name at least one file, directory, glob or URL")
         if self.workers < 0:
-            raise ConfigError(f"workers must be ≥ 0 (0 = one per core), got {self.workers}")
+            raise ConfigError(f"workers must be ≥ 0 (0 = chosen from the cores), got {self.workers}")
         if self.limits.checksum_block_size < 4096:
             raise ConfigError("checksum block size must be at least 4 KiB")
         if self.storage_options is not None and not isinstance(self.storage_options, Mapping):
@@ -86,7 +86,7 @@ class PackConfig:
 
     @property
     def effective_workers(self) -> int:
-        return self.workers or (os.cpu_count() or 1)
+        return self.workers or auto_workers(usable_cores())
 
     def options_json(self) -> dict[str, Any]:
         """Everything that shapes the output bytes (never the worker count)."""
@@ -103,3 +103,16 @@ class PackConfig:
             # only when enabled: a plain pack's options (and fingerprint) do not mention compression at all
             **({"compression": self.compression.to_json()} if self.compression.enabled else {}),
         }
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask: a container's or a job's share)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def auto_workers(cores: int) -> int:
+    """`workers=0`: one tokenizer process per core, except on one or two cores, where one worker is
+    faster — its reading, tokenizing and writing threads already keep two cores busy (pipeline.py),
+    without a second interpreter, tokenizer load and result transfer (1.3–1.4× two workers on the
+    2-core benchmark machine, docs/benchmarks.md)."""
+    return 1 if cores <= 2 else cores

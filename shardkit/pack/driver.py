@@ -39,7 +39,7 @@ from ..tokenizers.tiktoken_backend import TiktokenTokenizer
 from ..writer import JOURNAL_NAME, Journal, JournalEntry, ShardWriter
 from .budget import check_skip_budget, empty_files, is_encoding_problem
 from .chunks import Chunk, Skip, first_samples, iter_chunks, sample_texts
-from .config import OnError, PackConfig, ResumeMode
+from .config import OnError, PackConfig, ResumeMode, usable_cores
 from .memory import pin_malloc_thresholds
 from .output_dir import locked_output, outside_output, prepare_output, remove_shardkit_files
 from .pipeline import ThreadedMap
@@ -321,7 +321,7 @@ def _pack_with(config: PackConfig, progress: Callable[[PackProgress], None] | No
         writer = ShardWriter(out, dtype=dtype, limits=config.limits, next_index=len(kept),
                              prefix=config.task.shard_prefix if config.task is not None else "shard",
                              with_ids=config.reader.id_field is not None, compression=config.compression,
-                             compress_threads=config.effective_workers)
+                             compress_threads=config.workers or usable_cores())
         stats = PackStats.from_json(kept[-1].stats) if kept else PackStats()
         run = _Run(config, files, writer, journal, stats, [e.shard for e in kept], progress)
         start_file, start_record = (kept[-1].next_file, kept[-1].next_record) if kept else (0, 0)
