@@ -1,4 +1,6 @@
-"""`shardkit stream --packing` and `shardkit inspect --packing`: the report, determinism, usage errors."""
+"""`shardkit stream --packing` and `shardkit inspect --packing`: the report, determinism, usage errors; and
+`--packing-store`: the same batches (digest) as gathered packed rows, the store built in the packing cache,
+and a clear error without packed rows."""
 
 import json
 
@@ -61,3 +63,26 @@ def test_inspect_reports_packing(ds, tmp_path):
     assert data["packing"]["strategy"] == "first_fit" and data["packing"]["balance"]["world_size"] == 8
     assert "not divisible" in _run("inspect", ds, "--packing", "best_fit", "--batch", "6", "--world-size", "4",
                                    code=2)
+
+
+def test_stream_from_the_store_has_the_gathered_digest(ds, tmp_path):
+    common = [ds, "--seq-len", "64", "--batch", "8", "--steps", "40", "--packing", "best_fit",
+              "--packing-cache-dir", tmp_path / "pc", "--json"]
+    gathered = json.loads(_run("stream", *common))
+    stored = json.loads(_run("stream", *common, "--packing-store"))
+    assert stored["digest"] == gathered["digest"]
+    assert [p.name for p in (tmp_path / "pc").iterdir() if p.name.endswith(".rows")]
+
+
+def test_stream_recipe_from_the_store(ds, tmp_path):
+    recipe = tmp_path / "r.json"
+    recipe.write_text(json.dumps({"seed": 2, "packing": "first_fit", "sources": {"a": {"path": str(ds)}},
+                                  "phases": [{"name": "p", "tokens": 20000, "seq_len": 32, "batch": 4,
+                                              "mix": {"a": 1}}]}))
+    common = ["--recipe", recipe, "--steps", "30", "--packing-cache-dir", tmp_path / "pc", "--json"]
+    assert json.loads(_run("stream", *common))["digest"] == \
+        json.loads(_run("stream", *common, "--packing-store"))["digest"]
+
+
+def test_packing_store_without_packed_rows_is_an_error(ds):
+    assert "packing_store=True stores packed rows" in _run("stream", ds, "--packing-store", code=1)
