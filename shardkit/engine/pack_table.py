@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError, IntegrityError
-from ..format.atomic import fsync_dir
+from ..format.atomic import publish_dir, synced_file
+from ..format.checksums import file_hexdigest
 from ..format.dataset import Dataset
 from .packing import PackSpec, PackTable, build_table
 
@@ -69,14 +70,6 @@ def document_spans(dataset: Dataset) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(starts), np.concatenate(lengths)
 
 
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def save_table(directory: Path, table: PackTable, fingerprint: str, spec: PackSpec) -> None:
     """Write `table` to `directory` (which must not exist) through a temporary sibling and one rename."""
     tmp = directory.with_name(f"{directory.name}.tmp-{os.getpid()}")
@@ -86,18 +79,17 @@ def save_table(directory: Path, table: PackTable, fingerprint: str, spec: PackSp
     for name in _ARRAYS:
         path = tmp / f"{name}.npy"
         arr = np.ascontiguousarray(getattr(table, name), dtype=_DTYPES[name])
-        with open(path, "wb") as f:
+        with synced_file(path) as f:
             np.save(f, arr, allow_pickle=False)
-            f.flush()
-            os.fsync(f.fileno())
-        sums[name] = {"sha256": _digest(path), "size": int(arr.size)}
+        sums[name] = {"sha256": _sha256(path), "size": int(arr.size)}
     meta = {**_meta_key(fingerprint, spec), "rows": table.num_rows, "arrays": sums, "stats": table.stats()}
-    with open(tmp / "meta.json", "w") as f:
+    with synced_file(tmp / "meta.json", "w") as f:
         json.dump(meta, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.rename(tmp, directory)
-    fsync_dir(directory.parent)
+    publish_dir(tmp, directory)
+
+
+def _sha256(path: Path) -> str:
+    return file_hexdigest(path, hashlib.sha256)
 
 
 def load_table(directory: str | os.PathLike[str], fingerprint: str, spec: PackSpec) -> PackTable:
@@ -122,7 +114,7 @@ def load_table(directory: str | os.PathLike[str], fingerprint: str, spec: PackSp
         if not isinstance(rec, dict):
             raise IntegrityError(str(directory), f"meta.json lists no checksum for {name}.npy")
         try:
-            actual = _digest(path)
+            actual = _sha256(path)
         except OSError as e:
             raise IntegrityError(str(path), f"packing table array unreadable: {e}") from None
         if actual != rec.get("sha256"):

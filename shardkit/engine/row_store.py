@@ -37,7 +37,8 @@ import numpy as np
 import xxhash
 
 from ..errors import ConfigError, IntegrityError
-from ..format.atomic import fsync_dir
+from ..format.atomic import publish_dir, synced_file
+from ..format.checksums import file_hexdigest
 from ..format.dataset import Dataset
 from .fields import BatchFields
 from .pack_table import TABLE_VERSION, default_cache_dir, table_dir
@@ -102,7 +103,7 @@ def build_store(directory: Path, dataset: Dataset, table: PackTable, spec: PackS
     seg_total = 0
     maps: dict[int, np.ndarray] = {}
     with contextlib.ExitStack() as stack:
-        files = {name: stack.enter_context(open(tmp / f"{name}.bin", "wb")) for name in (*_ROW_FILES, "seg", "seg_ptr")}
+        files = {name: stack.enter_context(synced_file(tmp / f"{name}.bin")) for name in (*_ROW_FILES, "seg", "seg_ptr")}
         files["seg_ptr"].write(np.zeros(1, "<i8").tobytes())
         for b, a in enumerate(range(0, n, block_rows)):
             z = min(n, a + block_rows)
@@ -130,30 +131,14 @@ def build_store(directory: Path, dataset: Dataset, table: PackTable, spec: PackS
             seg_ptr = seg_total + np.cumsum(np.bincount(seg_row, minlength=z - a))
             files["seg_ptr"].write(seg_ptr.astype("<i8").tobytes())
             seg_total = int(seg_ptr[-1]) if seg_ptr.size else seg_total
-        for f_ in files.values():
-            f_.flush()
-            os.fsync(f_.fileno())
-    with open(tmp / "sums.bin", "wb") as f_:
+    with synced_file(tmp / "sums.bin") as f_:
         f_.write(sums.tobytes())
-        f_.flush()
-        os.fsync(f_.fileno())
-    digests = {name: _digest(tmp / f"{name}.bin") for name in _SMALL_FILES}
+    digests = {name: file_hexdigest(tmp / f"{name}.bin") for name in _SMALL_FILES}
     meta = {**_meta_key(dataset.fingerprint, spec, dtype, n), "block_rows": block_rows, "pos_dtype": pos_dtype.str,
             "segments": seg_total, "digests": digests}
-    with open(tmp / "meta.json", "w") as f_:
+    with synced_file(tmp / "meta.json", "w") as f_:
         json.dump(meta, f_, indent=1, sort_keys=True)
-        f_.flush()
-        os.fsync(f_.fileno())
-    os.rename(tmp, directory)
-    fsync_dir(directory.parent)
-
-
-def _digest(path: Path) -> str:
-    h = xxhash.xxh3_128()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
+    publish_dir(tmp, directory)
 
 
 class RowStore:
@@ -261,7 +246,7 @@ def open_store(directory: str | os.PathLike[str], fingerprint: str, spec: PackSp
             raise IntegrityError(str(path), f"row store file has {actual:,} bytes, expected {size:,} (truncated "
                                  "or from another build)")
     for name in _SMALL_FILES:
-        actual_digest = _digest(directory / f"{name}.bin")
+        actual_digest = file_hexdigest(directory / f"{name}.bin")
         if actual_digest != digests.get(name):
             raise IntegrityError(str(directory / f"{name}.bin"), "row store file does not match its checksum",
                                  expected=str(digests.get(name)), actual=actual_digest)

@@ -12,12 +12,12 @@ import errno as _errno
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 from ..errors import ShardkitError
 
-__all__ = ["TMP_SUFFIX", "WriteError", "atomic_write_bytes", "atomic_file", "fsync_dir", "temp_path",
-           "write_errors"]
+__all__ = ["TMP_SUFFIX", "WriteError", "atomic_write_bytes", "atomic_file", "fsync_dir", "publish_dir",
+           "synced_file", "temp_path", "write_errors"]
 
 TMP_SUFFIX = ".tmp"
 _SPACE = (_errno.ENOSPC, _errno.EDQUOT)
@@ -95,3 +95,19 @@ def atomic_file(final: Path, *, sync_dir: bool = True) -> Iterator[BinaryIO]:
 def atomic_write_bytes(final: Path, data: bytes, *, sync_dir: bool = True) -> None:
     with atomic_file(final, sync_dir=sync_dir) as f, write_errors(temp_path(final)):
         f.write(data)
+
+
+@contextlib.contextmanager
+def synced_file(path: Path, mode: str = "wb") -> Iterator[IO]:
+    """A new file inside a directory not published yet, flushed and fsynced when the block ends: the
+    directory's one rename (`publish_dir`) makes every file of it visible at once."""
+    with open(path, mode) as f:
+        yield f
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def publish_dir(tmp: Path, final: Path) -> None:
+    """Rename a directory whose files are all synced (`synced_file`) to `final`, and sync its parent."""
+    os.rename(tmp, final)
+    fsync_dir(final.parent)

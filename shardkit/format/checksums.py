@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import xxhash
 
@@ -24,6 +26,7 @@ __all__ = [
     "ShardChecksums",
     "digest_bytes",
     "file_block_digests",
+    "file_hexdigest",
 ]
 
 CHECKSUM_ALGORITHM = "xxh3_128"
@@ -35,6 +38,16 @@ _READ_CHUNK = 4 * 1024 * 1024
 
 def digest_bytes(data: bytes | memoryview) -> str:
     return xxhash.xxh3_128_hexdigest(data)
+
+
+def file_hexdigest(path: str | os.PathLike[str], new_hash: Callable[[], Any] = xxhash.xxh3_128) -> str:
+    """Hex digest of a whole file (xxh3-128 unless `new_hash` makes another hash object), read a
+    `_READ_CHUNK` at a time: memory stays flat whatever the file's size."""
+    h = new_hash()
+    with open(path, "rb", buffering=0) as f:
+        while chunk := f.read(_READ_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 class BlockHasher:

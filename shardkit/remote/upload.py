@@ -28,6 +28,7 @@ import fsspec
 import xxhash
 
 from ..errors import ConfigError, RemoteError
+from ..format.checksums import file_hexdigest
 from .fs import filesystem, join
 from .retry import DEFAULT_POLICY, RetryPolicy, retrying
 
@@ -73,11 +74,7 @@ class UploadReport:
 
 def file_digest(path: str | os.PathLike[str]) -> str:
     """xxh3-128 of a local file's bytes."""
-    h = xxhash.xxh3_128()
-    with open(path, "rb", buffering=0) as f:
-        while chunk := f.read(_READ):
-            h.update(chunk)
-    return h.hexdigest()
+    return file_hexdigest(path)
 
 
 def _remote_digest(fs: fsspec.AbstractFileSystem, path: str, size: int) -> str:

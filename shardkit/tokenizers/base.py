@@ -12,6 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ..errors import TokenizerError
+from ..format.checksums import file_hexdigest
 
 __all__ = [
     "Backend",
@@ -99,11 +100,7 @@ class Tokenizer(Protocol):
 
 
 def file_sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
+    return file_hexdigest(path, hashlib.sha256)
 
 
 def flatten_lists(parts: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
