@@ -255,34 +255,34 @@ def throughput(cache: Path, seconds: float) -> list[dict]:
     out = []
     convert = _torch_convert()
     for L in SEQS:
+        def loader(seq_len: int = L, **kw) -> Loader:  # batch 8 of gutenberg at this seq_len
+            return Loader(path, seq_len=seq_len, batch_schedule=8, seed=1, **kw)
+
+        def stored_rows(**kw) -> Loader:  # best-fit rows read from the row store
+            return loader(packing="best_fit", packing_cache_dir=cache, packing_store=True, **kw)
+
         fields = {"position_ids": True, "cu_seqlens": True, "loss_mask": True}
-        plain = _tok_s(Loader(path, seq_len=L, batch_schedule=8, seed=1), seconds)
-        doc = _tok_s(Loader(path, seq_len=L, batch_schedule=8, seed=1, fields=fields), seconds)
-        packed = Loader(path, seq_len=L, batch_schedule=8, seed=1, packing="best_fit", packing_cache_dir=cache)
+        plain = _tok_s(loader(), seconds)
+        doc = _tok_s(loader(fields=fields), seconds)
+        packed = loader(packing="best_fit", packing_cache_dir=cache)
         best = _tok_s(packed, seconds)
-        stored = Loader(path, seq_len=L, batch_schedule=8, seed=1, packing="best_fit", packing_cache_dir=cache,
-                        packing_store=True)
+        stored = stored_rows()
         store = _tok_s(stored, seconds)
-        varlen = {name: _tok_s(Loader(path, seq_len=L, batch_schedule=8, seed=1, packing="best_fit",
-                                      packing_cache_dir=cache, packing_store=True, fields=named), seconds)
-                  for name, named in VARLEN_SETS.items()}
+        varlen = {name: _tok_s(stored_rows(fields=named), seconds) for name, named in VARLEN_SETS.items()}
         floor = GatherFloor(path, cache, L, 8)
         r = {"seq_len": L, "windows_tok_s": plain, "windows_fields_tok_s": doc, "best_fit_tok_s": best,
-             "store_tok_s": store, "store_named_tok_s": varlen, "store_tokens_only_tok_s": _tok_s(Loader(
-                 path, seq_len=L, batch_schedule=8, seed=1, packing="best_fit", packing_cache_dir=cache,
-                 packing_store=True, fields={"tokens_only": True}), seconds, key="tokens"),
+             "store_tok_s": store, "store_named_tok_s": varlen,
+             "store_tokens_only_tok_s": _tok_s(stored_rows(fields={"tokens_only": True}), seconds, key="tokens"),
              "floor_take_tok_s": floor.tok_s(seconds, fields=False),
              "floor_take_fields_tok_s": floor.tok_s(seconds, fields=True),
              "floor_copy_fields_tok_s": floor.copy_tok_s(seconds)}
         if convert is not None:
-            r["torch_windows_tok_s"] = _tok_s(Loader(path, seq_len=L, batch_schedule=8, seed=1), seconds, convert)
-            r["torch_windows_fields_tok_s"] = _tok_s(Loader(path, seq_len=L, batch_schedule=8, seed=1, fields=fields),
-                                                     seconds, convert)
+            r["torch_windows_tok_s"] = _tok_s(loader(), seconds, convert)
+            r["torch_windows_fields_tok_s"] = _tok_s(loader(fields=fields), seconds, convert)
             r["torch_best_fit_tok_s"] = _tok_s(packed, seconds, convert)
             r["torch_store_tok_s"] = _tok_s(stored, seconds, convert)
-            r["torch_store_cu_seqlens_tok_s"] = _tok_s(Loader(
-                path, seq_len=L, batch_schedule=8, seed=1, packing="best_fit", packing_cache_dir=cache,
-                packing_store=True, fields=VARLEN_SETS["cu_seqlens"]), seconds, convert)
+            r["torch_store_cu_seqlens_tok_s"] = _tok_s(stored_rows(fields=VARLEN_SETS["cu_seqlens"]), seconds,
+                                                       convert)
         out.append(r)
     return out
 
