@@ -151,7 +151,9 @@ def stream_cmd(ctx, dataset, recipe, strict, seq_len, batch_size, ramp, seed, sh
             raise click.UsageError("--skip: the recipe has its own skip list; give the ranges in one place")
         if not read["skip"]:
             del read["skip"]
-        loader = Loader.from_recipe(recipe, micro_batch_size=micro_batch_size, **read)
+        # the recipe as parsed above (read once); its paths are relative to its file
+        loader = Loader.from_recipe(parsed, base_dir=Path(recipe).resolve().parent, micro_batch_size=micro_batch_size,
+                                    **read)
         source = {"recipe": recipe, "fingerprint": parsed.fingerprint()}
     else:
         if strict:
