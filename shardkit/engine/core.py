@@ -254,6 +254,7 @@ class Engine:
         slab_id = bounds[:-1] // max(1, slab_bytes // row_bytes)
         starts_slab = np.flatnonzero((np.diff(slab_id, prepend=-1) != 0) | enter_items)
         slab_bounds = bounds[np.append(starts_slab, units.size)].tolist()
+        item_ends = np.append(starts_slab[1:], units.size)  # each slab's items: [starts_slab[k], item_ends[k])
         per_item = np.bincount(np.repeat(np.arange(units.size) * len(self.plan.names), counts) + rows.src,
                                minlength=units.size * len(self.plan.names)).reshape(units.size, -1)
         epochs_first = rows.epochs[first_rows] if rows.size else np.zeros(0, np.int64)
@@ -283,7 +284,8 @@ class Engine:
         if packed:
             next_slab_of = lambda a, z: self.packed.slab(rows, a, z, width)  # noqa: E731
         slab: np.ndarray | None = None
-        slab_base = slab_end = 0
+        slab_items: list[dict[str, Any]] = []
+        slab_base = slab_end = slab_item = 0
         next_slab = 0
         m = self.placement.micro_batch_size
         for i, (u, b, k, size, share) in enumerate(zip(units.tolist(), batches.tolist(), micros.tolist(),
@@ -304,6 +306,10 @@ class Engine:
                         next_slab_of = self._reader(rows, packed, width)
                 else:
                     slab = next_slab_of(slab_base, slab_end)
+                if packed:  # every item of the slab at once (views of the slab's arrays)
+                    slab_item = int(starts_slab[next_slab])
+                    slab_items = self.packed.items(rows, bl, slab_item, int(item_ends[next_slab]), slab, p.seq_len,
+                                                   fields)
                 next_slab += 1
             while enter_item <= i:
                 _, key, e, g = enter_at[next_enter]
@@ -315,7 +321,7 @@ class Engine:
             if plain:  # the common case, without a call per field
                 out = {"tokens": tokens} if tokens_only else {"input_ids": tokens[:, :-1], "labels": tokens[:, 1:]}
             elif packed:
-                out = self.packed.fields(rows, a, z, tokens, p.seq_len, fields)
+                out = slab_items[i - slab_item]
                 if fields.row_identity:  # per piece: a packed row holds several documents
                     out.update(packed_identity(rows, a, z, self.mapper))
             else:

@@ -10,6 +10,7 @@ when the rows are stored materialised (`engine/row_store.py`), copies whole rows
 
 from __future__ import annotations
 
+import bisect
 import os
 import warnings
 from collections.abc import Callable
@@ -31,8 +32,11 @@ from .windows import Windows
 __all__ = ["PackedReader", "PackedWindows", "is_packed", "windows_factory"]
 
 SLAB_BYTES = 256 << 10  # as the engine's slabs of windows: two live slabs stay in L2
-STORE_SLAB_BYTES = 2 << 20
-_FEW_ITEMS = 8  # item_boundaries: up to this many bounds, a slice per item beats the vectorised pass
+STORE_SLAB_BYTES = 1 << 20
+# stored rows' cu_seqlens are built for rows of about this many tokens at once, and at most this many
+# attention segments (unless one slab holds more): about 12 bytes of scratch per segment
+BOUNDARY_TOKENS = 16 << 20
+BOUNDARY_SEGMENTS = 1 << 20
 
 
 class PackedWindows(Windows):
@@ -122,50 +126,43 @@ class _Slab:
                  ) -> None:
         self.rows, self.a, self.z = rows, a, z
         self.lengths, self.counts, self.first = lengths, counts, first
-        self.fields: dict[tuple[int, bool], tuple[dict[str, Any], np.ndarray, np.ndarray]] = {}
 
-    def item(self, a: int, z: int, seq_len: int, fields: BatchFields) -> dict[str, Any]:
-        """The packed fields `fields` names (`BatchFields.for_packed_rows`) of rows [a, z): row slices of the
-        slab's arrays, and the slab's segment boundaries between them shifted to start at 0."""
-        key = (seq_len, fields.mask_doc_boundary, fields.position_ids)
-        got = self.fields.get(key)
-        if got is None:
-            wanted = BatchFields(position_ids=fields.position_ids, cu_seqlens=True, loss_mask=True,
-                                 mask_doc_boundary=fields.mask_doc_boundary)
-            f = packed_fields(self.lengths, self.counts, self.first, seq_len, wanted)
-            cu = f["cu_seqlens"]
-            # every row begins a segment at its slot 0, so row r's boundaries start where cu == r·seq_len
-            ptr = np.searchsorted(cu, np.arange(self.z - self.a + 1, dtype=np.int64) * seq_len)
-            got = self.fields[key] = (f, ptr, np.diff(cu))
-        f, ptr, seg = got
-        i, j = a - self.a, z - self.a
-        out: dict[str, Any] = {}
-        if fields.loss_mask:
-            out["loss_mask"] = f["loss_mask"][i:j]
-        if fields.position_ids:
-            out["position_ids"] = f["position_ids"][i:j]
-        if fields.cu_seqlens:
-            lo, hi = int(ptr[i]), int(ptr[j])
-            out["cu_seqlens"] = f["cu_seqlens"][lo:hi + 1] - np.int32(i * seq_len)
-            out["max_seqlen"] = int(seg[lo:hi].max()) if hi > lo else 0
-        return out
+    def items(self, out: list[dict[str, Any]], bounds: list[int], seq_len: int, fields: BatchFields,
+              cus: list[np.ndarray], longest: list[int]) -> None:
+        """Add the packed fields `fields` names (`BatchFields.for_packed_rows`) to the items `out` (the rows
+        between consecutive `bounds`, rows of the chunk inside this slab): row slices of the slab's arrays,
+        and the slab's segment boundaries between them shifted to start at 0 (`cus`, `longest` are for
+        stored rows)."""
+        wanted = BatchFields(position_ids=fields.position_ids, cu_seqlens=True, loss_mask=True,
+                             mask_doc_boundary=fields.mask_doc_boundary)
+        f = packed_fields(self.lengths, self.counts, self.first, seq_len, wanted)
+        cu = f["cu_seqlens"]
+        # every row begins a segment at its slot 0, so row r's boundaries start where cu == r·seq_len
+        ptr = np.searchsorted(cu, np.arange(self.z - self.a + 1, dtype=np.int64) * seq_len)
+        seg = np.diff(cu)
+        for item, a, z in zip(out, bounds[:-1], bounds[1:]):
+            i, j = a - self.a, z - self.a
+            if fields.loss_mask:
+                item["loss_mask"] = f["loss_mask"][i:j]
+            if fields.position_ids:
+                item["position_ids"] = f["position_ids"][i:j]
+            if fields.cu_seqlens:
+                lo, hi = int(ptr[i]), int(ptr[j])
+                item["cu_seqlens"] = cu[lo:hi + 1] - np.int32(i * seq_len)
+                item["max_seqlen"] = int(seg[lo:hi].max()) if hi > lo else 0
 
 
 class _StoreSlab:
-    """A slab read from row stores: whole token rows, and the rows' segment starts as `cu_seqlens`; the
-    stored positions and masks are gathered (and widened into the fields' dtypes) only when an item asks
-    for them, once per slab, and handed out as row slices like `_Slab`'s."""
+    """A slab read from row stores: whole token rows. The stored positions and masks are gathered (and
+    widened into the fields' dtypes) only when an item asks for them, once per slab, and handed out as row
+    slices like `_Slab`'s; `cu_seqlens` come from the reader's `_Boundaries`, built for many slabs at once."""
 
-    def __init__(self, rows: Rows, a: int, z: int, parts: list[tuple[Any, PackedWindows, np.ndarray]],
-                 cu: np.ndarray, ptr: np.ndarray) -> None:
+    def __init__(self, rows: Rows, a: int, z: int, parts: list[tuple[Any, PackedWindows, np.ndarray]]) -> None:
         self.rows, self.a, self.z = rows, a, z
         self.parts = parts
-        self.cu, self.ptr = cu, ptr
         self.pos: np.ndarray | None = None
         self.mask_stored: np.ndarray | None = None
         self.masks: dict[bool, np.ndarray] = {}
-        # the items of one size from one row on, built together: first row → (end row, fields, item)
-        self._items_at: dict[int, tuple[int, BatchFields, dict[str, Any]]] = {}
 
     def _gather(self, name: str) -> np.ndarray:
         """The slab's rows of the stores' `name` file (`pos`, `mask`), in slab row order."""
@@ -188,60 +185,118 @@ class _StoreSlab:
             mask = self.masks[mask_doc_boundary] = bits.astype(np.float32)
         return mask
 
-    def item(self, a: int, z: int, seq_len: int, fields: BatchFields) -> dict[str, Any]:
-        """The packed fields of rows [a, z). The items of a slab are consecutive and of one size, so the first
-        one asked for builds every item of its size to the slab's end in a few array operations; the others
-        are looked up."""
-        got = self._items_at.get(a)
-        if got is not None and got[0] == z and got[1] is fields:
-            return got[2]
-        m = z - a
-        items = self._items(a - self.a, m, seq_len, fields)
-        self._items_at = {a + k * m: (min(a + (k + 1) * m, self.z), fields, item) for k, item in enumerate(items)}
-        return items[0]
-
-    def _items(self, i0: int, m: int, seq_len: int, fields: BatchFields) -> list[dict[str, Any]]:
-        """Items of `m` rows from slab row `i0` to the slab's end (a last shorter one included)."""
-        n_rows = self.z - self.a
-        bounds = np.append(np.arange(i0, n_rows, m, dtype=np.int64), n_rows)
-        b = bounds.tolist()
-        items: list[dict[str, Any]] = [{} for _ in b[1:]]
+    def items(self, out: list[dict[str, Any]], bounds: list[int], seq_len: int, fields: BatchFields,
+              cus: list[np.ndarray], longest: list[int]) -> None:
+        """Add the packed fields to the items `out` (rows between consecutive `bounds`, inside this slab);
+        `cus`, `longest`: their cu_seqlens and max_seqlen, from the reader's `_Boundaries`."""
         if fields.loss_mask:
             mask = self._mask(fields.mask_doc_boundary)
-            for k, item in enumerate(items):
-                item["loss_mask"] = mask[b[k]:b[k + 1]]
+            for item, a, z in zip(out, bounds[:-1], bounds[1:]):
+                item["loss_mask"] = mask[a - self.a:z - self.a]
         if fields.position_ids:
             if self.pos is None:
                 self.pos = self._gather("pos").astype(np.int64)
-            for k, item in enumerate(items):
-                item["position_ids"] = self.pos[b[k]:b[k + 1]]
+            for item, a, z in zip(out, bounds[:-1], bounds[1:]):
+                item["position_ids"] = self.pos[a - self.a:z - self.a]
         if fields.cu_seqlens:
-            for item, cu, longest in zip(items, *item_boundaries(self.cu, self.ptr, bounds, seq_len)):
-                item["cu_seqlens"], item["max_seqlen"] = cu, longest
-        return items
+            for item, cu, m in zip(out, cus, longest):
+                item["cu_seqlens"], item["max_seqlen"] = cu, m
 
 
-def item_boundaries(cu: np.ndarray, ptr: np.ndarray, bounds: np.ndarray, seq_len: int
-                    ) -> tuple[list[np.ndarray], list[int]]:
-    """(cu_seqlens, max_seqlen) of each item of a slab: items are the slab rows between consecutive `bounds`,
-    `cu` the slab's segment starts in slab coordinates (ending with rows·seq_len), `ptr[r]` the index in `cu`
-    of row r's first segment (every row begins one at its slot 0). Few items: a slice each; many: one
-    vectorised pass whose per-call cost is paid once, not per item."""
-    lo = ptr[bounds]
-    if bounds.size <= _FEW_ITEMS:
-        seg = np.diff(cu[lo[0]:lo[-1] + 1])
-        b, p = bounds.tolist(), (lo - lo[0]).tolist()
-        return ([cu[lo_:hi_ + 1] - np.int32(r * seq_len) for lo_, hi_, r in zip(lo[:-1].tolist(), lo[1:].tolist(), b)],
-                [int(seg[x:y].max()) for x, y in zip(p[:-1], p[1:])])
-    nseg = np.diff(lo)
-    ends = np.cumsum(nseg + 1)
-    starts = ends - nseg - 1
-    flat = np.empty(int(ends[-1]), dtype=np.int32)
-    # each item's boundaries: the slab's, shifted to its first row, then its own end
-    flat[concat_ranges(starts, nseg)] = cu[lo[0]:lo[-1]] - np.repeat((bounds[:-1] * seq_len).astype(np.int32), nseg)
-    flat[ends - 1] = np.diff(bounds) * seq_len
-    longest = np.maximum.reduceat(np.diff(cu[lo[0]:lo[-1] + 1]), lo[:-1] - lo[0]).tolist()
-    return [flat[a:z] for a, z in zip(starts.tolist(), ends.tolist())], longest
+class _Boundaries:
+    """cu_seqlens and max_seqlen of a chunk's items read from row stores, built for a run of items at a time
+    (rows of about `BOUNDARY_TOKENS` tokens, at least the slab asking): `item_boundaries`' fixed cost, a few
+    dozen NumPy calls, is then paid per run, not per slab."""
+
+    def __init__(self, rows: Rows, bounds: list[int], seq_len: int) -> None:
+        self.rows, self.bounds, self.seq_len = rows, bounds, seq_len
+        self.first = 0  # the chunk's item number of cus[0]
+        self.cus: list[np.ndarray] = []
+        self.longest: list[int] = []
+
+    def of(self, reader: PackedReader, k0: int, k1: int) -> tuple[list[np.ndarray], list[int]]:
+        """(cu_seqlens, max_seqlen) of the chunk's items k0..k1 (their rows all in row stores)."""
+        if not (self.first <= k0 and k1 <= self.first + len(self.cus)):
+            self._build(reader, k0, k1)
+        i, j = k0 - self.first, k1 - self.first
+        return self.cus[i:j], self.longest[i:j]
+
+    def _build(self, reader: PackedReader, k0: int, k1: int) -> None:
+        b = self.bounds
+        k = bisect.bisect_left(b, b[k0] + max(1, BOUNDARY_TOKENS // self.seq_len), k1, len(b) - 1)
+        parts = reader._parts(self.rows, b[k0], b[k])
+        if any(pw.store is None for _, pw, _ in parts):  # a store found damaged: only the rows asked for
+            k = k1
+            parts = reader._parts(self.rows, b[k0], b[k])
+        seg, s0, counts, seg_max = _row_segments(parts, b[k] - b[k0])
+        if k > k1 and int(counts.sum()) > BOUNDARY_SEGMENTS:  # many short documents: fewer items, bounded memory
+            rows = int(np.searchsorted(np.cumsum(counts), BOUNDARY_SEGMENTS, side="right"))
+            k = max(k1, bisect.bisect_right(b, b[k0] + rows, k0, k) - 1)
+            n = b[k] - b[k0]
+            s0, counts, seg_max = s0[:n], counts[:n], seg_max[:n]
+        rel = np.asarray(b[k0:k + 1], dtype=np.int64) - b[k0]
+        self.cus, self.longest = item_boundaries(seg, s0, counts, seg_max, rel, self.seq_len)
+        self.first = k0
+
+
+def _row_segments(parts: list[tuple[Any, PackedWindows, np.ndarray]], n: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(seg, s0, counts, seg_max) of `n` rows read from row stores: row r's segment lengths are
+    seg[s0[r]:s0[r] + counts[r]], its longest seg_max[r] (several parts: gathered into row order)."""
+    if len(parts) == 1 and isinstance(parts[0][0], slice):
+        (_, pw, ids), = parts
+        st = pw.store
+        assert st is not None
+        s0 = st.seg_ptr[ids]
+        return st.seg, s0, st.seg_ptr[ids + 1] - s0, st.seg_max[ids]
+    counts = np.zeros(n, dtype=np.int64)
+    seg_max = np.zeros(n, dtype=np.int32)
+    for sel, pw, ids in parts:
+        st = pw.store
+        assert st is not None
+        counts[sel] = st.seg_ptr[ids + 1] - st.seg_ptr[ids]
+        seg_max[sel] = st.seg_max[ids]
+    s0 = np.cumsum(counts) - counts
+    seg = np.empty(int(counts.sum()), dtype=np.int32)
+    for sel, pw, ids in parts:
+        st = pw.store
+        assert st is not None
+        seg[concat_ranges(s0[sel], counts[sel])] = st.seg[concat_ranges(st.seg_ptr[ids], counts[sel])]
+    return seg, s0, counts, seg_max
+
+
+def item_boundaries(seg: np.ndarray, s0: np.ndarray, counts: np.ndarray, seg_max: np.ndarray, bounds: np.ndarray,
+                    seq_len: int) -> tuple[list[np.ndarray], list[int]]:
+    """(cu_seqlens, max_seqlen) of each item of a slab. The items are the rows between consecutive `bounds`
+    (0 to every row); row r's segment lengths are `seg[s0[r]:s0[r] + counts[r]]` (at least one, summing to
+    seq_len) and its longest is `seg_max[r]`.
+
+    An item's cu_seqlens is 0 and then the running sum of its rows' segment lengths, so the slab is laid out
+    as, per item, one reset slot (minus the previous item's total) and its rows' lengths, and one running
+    sum builds every item: about four passes over the slab's segments, one NumPy call per pass, whatever the
+    number of items. max_seqlen is a max over rows, never over segments."""
+    b = np.asarray(bounds, dtype=np.int64)
+    first = b[:-1]
+    counts = np.asarray(counts, dtype=np.int64)
+    room = counts.copy()
+    room[first] += 1
+    ends = np.cumsum(room)
+    at = ends - counts  # where each row's first segment goes
+    lead = at[first] - 1  # each item's reset slot
+    # which segment each slot reads: one past the slot before inside a row, a jump at a row's first segment
+    # (a reset slot reads the one before it; its value is replaced)
+    steps = np.ones(int(ends[-1]), dtype=np.int64)
+    jump = np.asarray(s0, dtype=np.int64).copy()
+    jump[1:] -= jump[:-1] + counts[:-1] - 1
+    steps[at] = jump
+    steps[lead] = 0
+    x = np.take(seg, np.cumsum(steps, out=steps))
+    x[lead[0]] = 0
+    x[lead[1:]] = -(np.diff(b)[:-1] * seq_len)
+    np.cumsum(x, out=x)
+    cut = np.append(lead, x.size).tolist()
+    longest = np.maximum.reduceat(seg_max, first).tolist()
+    return [x[i:j] for i, j in zip(cut[:-1], cut[1:])], longest
 
 
 class PackedReader:
@@ -251,6 +306,7 @@ class PackedReader:
         self.mapper = mapper
         self.dtype = np.dtype(dtype)
         self._slab: _Slab | _StoreSlab | None = None
+        self._bounds: _Boundaries | None = None  # the current chunk's stored rows' cu_seqlens
 
     @staticmethod
     def from_stores(rows: Rows) -> bool:
@@ -324,41 +380,19 @@ class PackedReader:
 
     def _from_stores(self, rows: Rows, a: int, z: int, width: int,
                      parts: list[tuple[Any, PackedWindows, np.ndarray]]) -> np.ndarray:
-        """Rows [a, z) copied whole from the row stores (one row-gather per file and part), and `cu_seqlens`
-        from the stored segment starts; positions and masks wait until an item asks for them."""
-        n = z - a
-        seq_len = width - 1
+        """Rows [a, z) copied whole from the row stores (one row-gather per part); their fields wait until an
+        item asks for them."""
+        self._slab = _StoreSlab(rows, a, z, parts)
         if len(parts) == 1 and isinstance(parts[0][0], slice):
             (_, pw, ids), = parts
-            st = pw.store
-            assert st is not None
+            assert pw.store is not None
             # np.take along rows: twice as fast as fancy-indexing the rows (measured, NumPy 2.4)
-            out = np.take(st.tokens, ids, axis=0)
-            if out.dtype != self.dtype:
-                out = out.astype(self.dtype)
-            s0 = st.seg_ptr[ids]
-            counts = st.seg_ptr[ids + 1] - s0
-            seg = st.seg[concat_ranges(s0, counts)]
-        else:
-            out = np.empty((n, width), dtype=self.dtype)
-            counts = np.zeros(n, dtype=np.int64)
-            row, segs = [], []
-            for sel, pw, ids in parts:
-                st = pw.store
-                assert st is not None
-                out[sel] = st.tokens[ids]
-                s0 = st.seg_ptr[ids]
-                c = st.seg_ptr[ids + 1] - s0
-                counts[sel] = c
-                row.append(np.repeat(sel, c))
-                segs.append(st.seg[concat_ranges(s0, c)])
-            seg = np.concatenate(segs)[np.argsort(np.concatenate(row), kind="stable")]
-        ptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(counts, out=ptr[1:])
-        cu = np.empty(seg.size + 1, dtype=np.int32)
-        np.add(seg, np.repeat(np.arange(n, dtype=np.int32) * np.int32(seq_len), counts), out=cu[:-1])
-        cu[-1] = n * seq_len
-        self._slab = _StoreSlab(rows, a, z, parts, cu, ptr)
+            out = np.take(pw.store.tokens, ids, axis=0)
+            return out if out.dtype == self.dtype else out.astype(self.dtype)
+        out = np.empty((z - a, width), dtype=self.dtype)
+        for sel, pw, ids in parts:
+            assert pw.store is not None
+            out[sel] = pw.store.tokens[ids]
         return out
 
     def _fill(self, pw: PackedWindows, counts: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
@@ -395,16 +429,35 @@ class PackedReader:
         m.check_intact(self.mapper.shard(g))  # one fstat: a truncated file raises instead of SIGBUS
         return m.tokens
 
-    def fields(self, rows: Rows, a: int, z: int, tokens: np.ndarray, seq_len: int, fields: BatchFields
-               ) -> dict[str, Any]:
-        """The item's arrays: tokens (or input_ids/labels views) and the packed fields
+    def items(self, rows: Rows, bounds: list[int], k0: int, k1: int, tokens: np.ndarray, seq_len: int,
+              fields: BatchFields) -> list[dict[str, Any]]:
+        """The chunk's items k0..k1 (rows between consecutive `bounds`, the items of the slab `tokens` just
+        read): tokens (or input_ids/labels) as row slices of `tokens`, and the packed fields
         (`BatchFields.for_packed_rows`: loss_mask, position_ids, cu_seqlens and max_seqlen unless a boundary
-        field is named). Computed once for the slab holding the item, handed out as views."""
-        out: dict[str, Any] = {"tokens": tokens} if fields.tokens_only else \
-            {"input_ids": tokens[:, :-1], "labels": tokens[:, 1:]}
+        field is named), all computed at once and handed out as views."""
+        b = bounds[k0:k1 + 1]
+        a0 = b[0]
+        rows_of = [tokens[a - a0:z - a0] for a, z in zip(b[:-1], b[1:])]
         slab = self._slab
-        if slab is None or not (rows is slab.rows and slab.a <= a and z <= slab.z):  # not in the current slab
-            self.slab(rows, a, z, seq_len + 1)
+        if slab is None or not (rows is slab.rows and slab.a <= a0 and b[-1] <= slab.z):  # not the slab just read
+            self.slab(rows, a0, b[-1], seq_len + 1)
             slab = self._slab
-        out.update(slab.item(a, z, seq_len, fields.for_packed_rows))  # type: ignore[union-attr]
+        packed = fields.for_packed_rows
+        cus: list[np.ndarray] = []
+        longest: list[int] = []
+        if packed.cu_seqlens and isinstance(slab, _StoreSlab):
+            bd = self._bounds
+            if bd is None or bd.rows is not rows or bd.bounds is not bounds or bd.seq_len != seq_len:
+                bd = self._bounds = _Boundaries(rows, bounds, seq_len)
+            cus, longest = bd.of(self, k0, k1)
+            if not (packed.loss_mask or packed.position_ids):  # varlen attention alone: the common fast case
+                if fields.tokens_only:
+                    return [{"tokens": t, "cu_seqlens": cu, "max_seqlen": m} for t, cu, m in zip(rows_of, cus, longest)]
+                return [{"input_ids": t[:, :-1], "labels": t[:, 1:], "cu_seqlens": cu, "max_seqlen": m}
+                        for t, cu, m in zip(rows_of, cus, longest)]
+        if fields.tokens_only:
+            out = [{"tokens": t} for t in rows_of]
+        else:
+            out = [{"input_ids": t[:, :-1], "labels": t[:, 1:]} for t in rows_of]
+        slab.items(out, b, seq_len, packed, cus, longest)  # type: ignore[union-attr]
         return out

@@ -7,8 +7,10 @@ table format, plus the store format) and holds, for `R` rows of `seq_len + 1 = W
 * `tokens.bin`  R × W tokens of the dataset's dtype, padding zero (exactly what the gathering reader copies);
 * `pos.bin`     R × L position ids (uint16 when W ≤ 65,536, else int32), widened to int64 when read;
 * `mask.bin`    R × L uint8: bit 0 the loss mask, bit 1 the loss mask with `mask_doc_boundary`;
-* `seg.bin`     int32 row-relative start of every attention segment of every row (t < L), and
-  `seg_ptr.bin` int64[R + 1] where each row's segments begin: `cu_seqlens` of any rows in one pass;
+* `seg.bin`     int32 length of every attention segment of every row (a row's sum to L; padding is one),
+  `seg_ptr.bin` int64[R + 1] where each row's segments begin, and `seg_max.bin` int32[R] each row's
+  longest segment: `cu_seqlens` of any rows is one running sum of their lengths, `max_seqlen` a max over
+  rows, never over segments;
 * `sums.bin`    xxh3-64 of every block (`block_rows` rows) of the three row files, and `meta.json`.
 
 **Verification.** Building hashes each block as it is written (fsync, then one rename: a reader never sees
@@ -18,8 +20,8 @@ rows. A block of rows is hashed the first time a process reads it (`RowStore.che
 found before its rows are handed out; `StoreReader` then warns, moves the store aside (the next open builds
 it again) and reads the slab from the dataset instead. Nothing damaged is ever delivered.
 
-**Cost.** 1× the tokens on disk, plus 3 bytes per input slot (positions, mask; 5 with int32 positions) and
-4 bytes per attention segment.
+**Cost.** 1× the tokens on disk, plus 3 bytes per input slot (positions, mask; 5 with int32 positions),
+4 bytes per attention segment and 12 per row.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import json
 import mmap
 import os
 import shutil
+import time
 import warnings
 from pathlib import Path
 
@@ -41,18 +44,20 @@ from ..format.atomic import publish_dir, synced_file
 from ..format.checksums import file_hexdigest
 from ..format.dataset import Dataset
 from .fields import BatchFields
+from .gather import CHECK_VALID_NS
 from .pack_table import TABLE_VERSION, default_cache_dir, table_dir
 from .packed_fields import packed_fields
 from .packing import PackSpec, PackTable, concat_ranges
 
 __all__ = ["STORE_VERSION", "RowStore", "build_store", "cached_store", "open_store", "store_dir"]
 
-STORE_VERSION = 1
+STORE_VERSION = 2  # 2: segment lengths and each row's longest (1: segment starts)
 # rows are written and verified this many bytes of tokens at a time: one block's xxh3 takes ~0.3 ms
 BLOCK_BYTES = 4 << 20
 _KEEP_MAPPED = 8  # shard mappings the build holds at once
 _ROW_FILES = ("tokens", "pos", "mask")
-_SMALL_FILES = ("seg", "seg_ptr", "sums")
+_SEG_FILES = ("seg", "seg_ptr", "seg_max")
+_SMALL_FILES = (*_SEG_FILES, "sums")
 
 
 def store_dir(cache_dir: str | os.PathLike[str], fingerprint: str, spec: PackSpec) -> Path:
@@ -103,7 +108,7 @@ def build_store(directory: Path, dataset: Dataset, table: PackTable, spec: PackS
     seg_total = 0
     maps: dict[int, np.ndarray] = {}
     with contextlib.ExitStack() as stack:
-        files = {name: stack.enter_context(synced_file(tmp / f"{name}.bin")) for name in (*_ROW_FILES, "seg", "seg_ptr")}
+        files = {name: stack.enter_context(synced_file(tmp / f"{name}.bin")) for name in (*_ROW_FILES, *_SEG_FILES)}
         files["seg_ptr"].write(np.zeros(1, "<i8").tobytes())
         for b, a in enumerate(range(0, n, block_rows)):
             z = min(n, a + block_rows)
@@ -120,15 +125,18 @@ def build_store(directory: Path, dataset: Dataset, table: PackTable, spec: PackS
             f = packed_fields(lengths, counts, first, seq_len, fields)
             m = f["loss_mask"].astype(np.uint8)
             m |= packed_fields(lengths, counts, first, seq_len, doc_mask)["loss_mask"].astype(np.uint8) << 1
-            cu = f["cu_seqlens"].astype(np.int64)[:-1]
-            seg_row = cu // seq_len
+            cu = f["cu_seqlens"].astype(np.int64)
+            seg_row = cu[:-1] // seq_len  # every row begins a segment at its slot 0, so none is empty
+            lens = np.diff(cu)
             rows_parts = {"tokens": tokens, "pos": f["position_ids"].astype(pos_dtype), "mask": m}
             for k, name in enumerate(_ROW_FILES):
                 data = np.ascontiguousarray(rows_parts[name]).tobytes()
                 files[name].write(data)
                 sums[b, k] = xxhash.xxh3_64_intdigest(data)
-            files["seg"].write((cu - seg_row * seq_len).astype("<i4").tobytes())
-            seg_ptr = seg_total + np.cumsum(np.bincount(seg_row, minlength=z - a))
+            files["seg"].write(lens.astype("<i4").tobytes())
+            counts_seg = np.bincount(seg_row, minlength=z - a)
+            files["seg_max"].write(np.maximum.reduceat(lens, np.cumsum(counts_seg) - counts_seg).astype("<i4").tobytes())
+            seg_ptr = seg_total + np.cumsum(counts_seg)
             files["seg_ptr"].write(seg_ptr.astype("<i8").tobytes())
             seg_total = int(seg_ptr[-1]) if seg_ptr.size else seg_total
     with synced_file(tmp / "sums.bin") as f_:
@@ -156,8 +164,10 @@ class RowStore:
         self.mask = self._map("mask", np.dtype(np.uint8)).reshape(self.rows, seq_len)
         self.seg = self._map("seg", np.dtype("<i4"))
         self.seg_ptr = self._map("seg_ptr", np.dtype("<i8"))
+        self.seg_max = self._map("seg_max", np.dtype("<i4"))
         self.sums = self._map("sums", np.dtype("<u8")).reshape(-1, len(_ROW_FILES))
         self.verified = np.zeros(self.sums.shape[0], dtype=bool)
+        self._sized_at = -CHECK_VALID_NS - 1  # monotonic ns of the last size check of the row files
         self.all_verified = self.sums.shape[0] == 0
 
     def _map(self, name: str, dtype: np.dtype) -> np.ndarray:
@@ -172,13 +182,17 @@ class RowStore:
 
     def check(self, ids: np.ndarray) -> None:
         """Hash the blocks under rows `ids` not hashed yet in this process (`IntegrityError` on a mismatch),
-        after one fstat per row file (a store truncated under the mapping raises here instead of SIGBUS)."""
-        for name in _ROW_FILES:
-            mm, size = self._maps[name]
-            now = mm.size() if mm is not None else 0
-            if now != size:
-                raise IntegrityError(str(self.directory / f"{name}.bin"), f"row store file changed size under "
-                                     f"the reader (now {now:,} bytes, was {size:,})")
+        after one fstat per row file (a store truncated under the mapping raises here instead of SIGBUS; as
+        the dataset's shards, at most once per `CHECK_VALID_NS`)."""
+        t = time.monotonic_ns()
+        if t - self._sized_at > CHECK_VALID_NS:
+            for name in _ROW_FILES:
+                mm, size = self._maps[name]
+                now = mm.size() if mm is not None else 0
+                if now != size:
+                    raise IntegrityError(str(self.directory / f"{name}.bin"), f"row store file changed size "
+                                         f"under the reader (now {now:,} bytes, was {size:,})")
+            self._sized_at = t
         if self.all_verified:
             return
         blocks = np.unique(np.asarray(ids, dtype=np.int64) // self.block_rows)
@@ -235,7 +249,8 @@ def open_store(directory: str | os.PathLike[str], fingerprint: str, spec: PackSp
     width, seq_len = spec.width, spec.seq_len
     blocks = -(-rows // max(1, block_rows))
     sizes = {"tokens": rows * width * np.dtype(dtype).itemsize, "pos": rows * seq_len * pos_dtype.itemsize,
-             "mask": rows * seq_len, "seg": 4 * segments, "seg_ptr": 8 * (rows + 1), "sums": 8 * 3 * blocks}
+             "mask": rows * seq_len, "seg": 4 * segments, "seg_ptr": 8 * (rows + 1), "seg_max": 4 * rows,
+             "sums": 8 * 3 * blocks}
     for name, size in sizes.items():
         path = directory / f"{name}.bin"
         try:

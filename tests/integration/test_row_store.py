@@ -2,6 +2,7 @@
 rows gathered from the dataset; damaged, truncated and stale stores rebuilt with a warning, never used."""
 
 import os
+import time
 import warnings
 
 import numpy as np
@@ -10,8 +11,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from shardkit import Loader, MixtureLoader, Piecewise
+from shardkit.engine import packed_rows
 from shardkit.engine.packing import PackSpec
-from shardkit.engine.row_store import store_dir
+from shardkit.engine.row_store import STORE_VERSION, store_dir
 from shardkit.errors import ConfigError
 from shardkit.format.dataset import open_dataset
 from shardkit.writer import write_dataset
@@ -112,6 +114,42 @@ def test_named_packed_fields_are_exactly_those_of_the_full_batch(corpus, which, 
             assert np.array_equal(g[k], f[k]) if isinstance(g[k], np.ndarray) else g[k] == f[k], k
 
 
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(slab_rows=st.integers(1, 40), run_rows=st.integers(1, 200), run_segments=st.integers(1, 400),
+       seed=st.integers(0, 2**32), world=st.sampled_from([1, 2]), micro=st.sampled_from([None, 2]),
+       schedule=st.sampled_from([0, 1]), start=st.integers(0, 12))
+@example(slab_rows=3, run_rows=200, run_segments=1, seed=1, world=1, micro=None, schedule=1, start=0)
+def test_stored_boundaries_in_runs_of_any_size(corpus, slab_rows, run_rows, run_segments, seed, world, micro,
+                                                schedule, start):
+    """Stored rows' cu_seqlens are built for runs of items longer than a slab (`BOUNDARY_TOKENS`), cut short
+    by `BOUNDARY_SEGMENTS` (down to the slab asking): the same batches as from the dataset whatever the run
+    and slab sizes, item sizes and resume point."""
+    kw = dict(seed=seed, rank=world - 1, world_size=world, micro_batch_size=micro,
+              batch_schedule=SCHEDULES[schedule], fields=["cu_seqlens"])
+    gathered = _loader(corpus, **kw)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(packed_rows, "STORE_SLAB_BYTES", slab_rows * (SEQ + 1) * 2)
+        mp.setattr(packed_rows, "BOUNDARY_TOKENS", run_rows * SEQ)
+        mp.setattr(packed_rows, "BOUNDARY_SEGMENTS", run_segments)
+        stored = _loader(corpus, packing_store=True, **kw)
+        state = gathered.state_at(start)
+        gathered.load_state_dict(state)
+        stored.load_state_dict(state)
+        for g, s in zip(_batches(gathered, 40), _batches(stored, 40)):
+            assert_same_batch(g, s)
+
+
+def test_stored_boundaries_in_runs_in_a_mixture(tmp_path, corpus, monkeypatch):
+    """Runs of a mixture's items gather the segment lengths of both sources' stores into row order."""
+    monkeypatch.setattr(packed_rows, "STORE_SLAB_BYTES", 5 * (SEQ + 1) * 2)
+    monkeypatch.setattr(packed_rows, "BOUNDARY_TOKENS", 37 * SEQ)
+    recipe = _mixture_recipe(tmp_path, corpus, seed=5)
+    g = MixtureLoader(recipe, packing_cache_dir=tmp_path / "c", fields=["cu_seqlens"])
+    s = MixtureLoader(recipe, packing_cache_dir=tmp_path / "c", packing_store=True, fields=["cu_seqlens"])
+    for a, b in zip(_batches(g, 40), _batches(s, 40)):
+        assert_same_batch(a, b)
+
+
 def _mixture_recipe(tmp_path, corpus, seed):
     """Two packed sources: the module's corpus and a second dataset of short documents."""
     path, _ = corpus
@@ -168,7 +206,7 @@ def test_bit_flip_in_the_rows_is_found_and_the_store_rebuilt(corpus, tmp_path):
     assert _store(corpus, cache).exists()
 
 
-@pytest.mark.parametrize("name", ["tokens.bin", "pos.bin", "mask.bin", "seg.bin"])
+@pytest.mark.parametrize("name", ["tokens.bin", "pos.bin", "mask.bin", "seg.bin", "seg_ptr.bin", "seg_max.bin"])
 def test_truncated_store_is_rebuilt_with_a_warning(corpus, tmp_path, name):
     cache = tmp_path / "cache"
     want = _batches(_loader(corpus, cache), 20)
@@ -182,10 +220,11 @@ def test_truncated_store_is_rebuilt_with_a_warning(corpus, tmp_path, name):
     assert os.path.getsize(path) > 0 and (_store(corpus, cache) / "meta.json").exists()
 
 
-def test_flip_in_segments_is_found_when_opened(corpus, tmp_path):
+@pytest.mark.parametrize("name", ["seg.bin", "seg_ptr.bin", "seg_max.bin"])
+def test_flip_in_segments_is_found_when_opened(corpus, tmp_path, name):
     cache = tmp_path / "cache"
     _batches(_loader(corpus, cache, packing_store=True), 1)
-    seg = _store(corpus, cache) / "seg.bin"
+    seg = _store(corpus, cache) / name
     data = bytearray(seg.read_bytes())
     data[len(data) // 2] ^= 1
     seg.write_bytes(bytes(data))
@@ -194,11 +233,13 @@ def test_flip_in_segments_is_found_when_opened(corpus, tmp_path):
 
 
 def test_stale_store_is_rebuilt(corpus, tmp_path):
+    """A store of an older format (or one built for something else) is never read: rebuilt, with a warning."""
     cache = tmp_path / "cache"
     _batches(_loader(corpus, cache, packing_store=True), 1)
     meta = _store(corpus, cache) / "meta.json"
-    meta.write_text(meta.read_text().replace('"version": 1', '"version": 0'))
-    with pytest.warns(RuntimeWarning, match="built for version 0"):
+    old = STORE_VERSION - 1
+    meta.write_text(meta.read_text().replace(f'"version": {STORE_VERSION}', f'"version": {old}'))
+    with pytest.warns(RuntimeWarning, match=f"built for version {old}"):
         _batches(_loader(corpus, cache, packing_store=True), 1)
 
 
@@ -225,6 +266,7 @@ def test_store_truncated_under_a_running_loader_is_not_read(corpus, tmp_path):
     got = [next(it) for _ in range(2)]
     tokens = _store(corpus, cache) / "tokens.bin"
     os.truncate(tokens, os.path.getsize(tokens) // 2)
+    time.sleep(0.002)  # a size is checked at most CHECK_VALID_NS (0.2 ms) before a read, as the dataset's shards
     with pytest.warns(RuntimeWarning, match="changed size under the reader"):
         got += [next(it) for _ in range(58)]
     for a, b in zip(want, got):

@@ -1,48 +1,63 @@
-"""`item_boundaries`: each item's cu_seqlens and max_seqlen from a slab's segment starts, by a slice per item
-(few items) or one vectorised pass (many), both equal to the boundaries computed item by item."""
+"""`item_boundaries`: every item's cu_seqlens and max_seqlen from the stored segment lengths of its rows, in one
+running sum over the slab, equal to the boundaries computed item by item — for rows anywhere in the store (in
+any order, repeated), items of any sizes, and rows of one segment or many."""
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardkit.engine import packed_rows
 from shardkit.engine.packed_rows import item_boundaries
 
 
-def _slab(rng, rows, seq_len):
-    """cu (slab coordinates, ending with rows·seq_len) and ptr of rows with random segment starts."""
-    per_row = [np.concatenate([[0], np.sort(rng.choice(np.arange(1, seq_len), size=int(rng.integers(0, min(6, seq_len - 1) + 1)),
-                                                      replace=False))]) for _ in range(rows)]
+def _store(rng, rows, seq_len):
+    """A row store's segment files: each row's segment lengths (≥ 1 segment, summing to seq_len)."""
+    per_row = []
+    for _ in range(rows):
+        cuts = np.sort(rng.choice(np.arange(1, seq_len), size=int(rng.integers(0, min(6, seq_len - 1) + 1)),
+                                  replace=False))
+        per_row.append(np.diff(np.concatenate([[0], cuts, [seq_len]])).astype(np.int32))
     counts = np.array([p.size for p in per_row])
-    ptr = np.concatenate([[0], np.cumsum(counts)])
-    cu = np.append(np.concatenate([p + r * seq_len for r, p in enumerate(per_row)]), rows * seq_len).astype(np.int32)
-    return cu, ptr
+    seg_ptr = np.concatenate([[0], np.cumsum(counts)])
+    return np.concatenate(per_row), seg_ptr, np.array([p.max() for p in per_row], dtype=np.int32), per_row
 
 
-def _expected(cu, ptr, bounds, seq_len):
+def _expected(per_row, ids, bounds, seq_len):
     cus, longest = [], []
     for a, z in zip(bounds[:-1], bounds[1:]):
-        starts = cu[ptr[a]:ptr[z]] - a * seq_len
-        c = np.append(starts, (z - a) * seq_len).astype(np.int32)
-        cus.append(c)
-        longest.append(int(np.diff(c).max()))
+        lens = np.concatenate([per_row[r] for r in ids[a:z]])
+        cus.append(np.concatenate([[0], np.cumsum(lens)]).astype(np.int32))
+        longest.append(int(lens.max()))
+        assert cus[-1][-1] == (z - a) * seq_len
     return cus, longest
 
 
-@settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 2**32), rows=st.integers(1, 60), seq_len=st.integers(2, 40), m=st.integers(1, 12),
-       i0=st.integers(0, 5), few=st.sampled_from([0, 1000]))
-def test_both_ways_give_the_item_by_item_boundaries(seed, rows, seq_len, m, i0, few):
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 2**32), store_rows=st.integers(1, 40), slab=st.integers(1, 60), seq_len=st.integers(2, 40),
+       sizes=st.lists(st.integers(1, 12), min_size=1, max_size=8))
+def test_every_item_gets_its_own_boundaries(seed, store_rows, slab, seq_len, sizes):
     rng = np.random.default_rng(seed)
-    cu, ptr = _slab(rng, rows, seq_len)
-    i0 = min(i0, rows - 1)
-    bounds = np.append(np.arange(i0, rows, m, dtype=np.int64), rows)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(packed_rows, "_FEW_ITEMS", few)  # 0: always vectorised; 1000: always a slice per item
-        cus, longest = item_boundaries(cu, ptr, bounds, seq_len)
-    want_cus, want_longest = _expected(cu, ptr, bounds, seq_len)
+    seg, seg_ptr, seg_max, per_row = _store(rng, store_rows, seq_len)
+    ids = rng.integers(0, store_rows, slab)  # a slab's rows: anywhere in the store, repeats allowed
+    # items of changing sizes (a batch schedule's steps, a last short item), covering the slab
+    bounds = [0]
+    while bounds[-1] < slab:
+        bounds.append(min(slab, bounds[-1] + sizes[(len(bounds) - 1) % len(sizes)]))
+    s0 = seg_ptr[ids]
+    cus, longest = item_boundaries(seg, s0, seg_ptr[ids + 1] - s0, seg_max[ids], np.array(bounds), seq_len)
+    want_cus, want_longest = _expected(per_row, ids, bounds, seq_len)
     assert longest == want_longest
     assert len(cus) == len(want_cus)
     for got, want in zip(cus, want_cus):
         assert got.dtype == np.int32 and np.array_equal(got, want)
+
+
+def test_items_are_independent_arrays():
+    """A trainer that edits one item's cu_seqlens in place does not change another's."""
+    rng = np.random.default_rng(0)
+    seg, seg_ptr, seg_max, _ = _store(rng, 8, 16)
+    ids = np.arange(8)
+    s0 = seg_ptr[ids]
+    cus, _ = item_boundaries(seg, s0, seg_ptr[ids + 1] - s0, seg_max[ids], np.array([0, 4, 8]), 16)
+    before = cus[1].copy()
+    cus[0][:] = -1
+    assert np.array_equal(cus[1], before)
