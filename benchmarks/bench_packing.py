@@ -10,7 +10,8 @@ appended):
 Printed, at seq_len 2,048 and 8,192:
   * padding fraction and documents split for window / first_fit / best_fit   (goal: best-fit ≤ 1 % at 2,048)
   * plan build time per million documents (lengths resampled from the gutenberg paragraphs)
-  * stream throughput, batch 8: best-fit rows ÷ plain windows and ÷ windows with the same fields
+  * stream throughput, batch 8 (every loader of a seq_len timed in alternating stretches, best of 5):
+    best-fit rows ÷ plain windows and ÷ windows with the same fields
     (position_ids, cu_seqlens, loss_mask), ÷ two gather floors of the same rows with no loader (np.take
     with a prebuilt index; and that plus the fields' bytes), and all of them ending in int64 torch
     tensors                                                                    (goal ≥ 0.8×)
@@ -155,22 +156,34 @@ def build_rate(n_docs: int = 1_000_000) -> list[dict]:
     return out
 
 
-def _tok_s(loader: Loader, seconds: float, convert=None, key: str = "input_ids") -> float:
-    """Best of three timed stretches of the loader's input tokens per second; `convert` is applied to
-    every batch inside the timing (the trainer's side: numpy → torch)."""
-    it = iter(loader)
-    for _ in range(20):
-        next(it)
-    best = 0.0
-    for _ in range(3):
+class _Stream:
+    """One loader's batches, timed in stretches; `convert` is applied to every batch inside the timing (the
+    trainer's side: numpy → torch)."""
+
+    def __init__(self, loader: Loader, convert=None, key: str = "input_ids") -> None:
+        self.it, self.seq_len, self.convert, self.key = iter(loader), loader.config.seq_len, convert, key
+        for _ in range(20):
+            next(self.it)
+        self.best = 0.0
+
+    def stretch(self, seconds: float) -> None:
         n, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < seconds / 3:
-            b = next(it)
-            if convert is not None:
-                convert(b)
-            n += b[key].shape[0] * loader.config.seq_len
-        best = max(best, n / (time.perf_counter() - t0))
-    return best
+        while time.perf_counter() - t0 < seconds:
+            b = next(self.it)
+            if self.convert is not None:
+                self.convert(b)
+            n += b[self.key].shape[0] * self.seq_len
+        self.best = max(self.best, n / (time.perf_counter() - t0))
+
+
+def alternated(streams: dict[str, _Stream], seconds: float, rounds: int = 5) -> dict[str, float]:
+    """Best input tokens per second of each stream over `rounds` rounds in which every stream runs for
+    `seconds / rounds`: a change in the machine's speed (a shared VM) falls on all of them alike, so their
+    ratios hold. A stretch spans many chunks and boundary runs, so no per-chunk cost escapes the timing."""
+    for _ in range(rounds):
+        for st in streams.values():
+            st.stretch(seconds / rounds)
+    return {name: st.best for name, st in streams.items()}
 
 
 class GatherFloor:
@@ -262,28 +275,43 @@ def throughput(cache: Path, seconds: float) -> list[dict]:
             return loader(packing="best_fit", packing_cache_dir=cache, packing_store=True, **kw)
 
         fields = {"position_ids": True, "cu_seqlens": True, "loss_mask": True}
-        plain = _tok_s(loader(), seconds)
-        doc = _tok_s(loader(fields=fields), seconds)
-        packed = loader(packing="best_fit", packing_cache_dir=cache)
-        best = _tok_s(packed, seconds)
-        stored = stored_rows()
-        store = _tok_s(stored, seconds)
-        varlen = {name: _tok_s(stored_rows(fields=named), seconds) for name, named in VARLEN_SETS.items()}
+        streams = {"windows": _Stream(loader()), "windows_fields": _Stream(loader(fields=fields)),
+                   "best_fit": _Stream(loader(packing="best_fit", packing_cache_dir=cache)),
+                   "store": _Stream(stored_rows()),
+                   "store_tokens_only": _Stream(stored_rows(fields={"tokens_only": True}), key="tokens"),
+                   **{f"store_{name}": _Stream(stored_rows(fields=named)) for name, named in VARLEN_SETS.items()}}
+        if convert is not None:
+            streams.update({
+                "torch_windows": _Stream(loader(), convert), "torch_windows_fields": _Stream(loader(fields=fields), convert),
+                "torch_best_fit": _Stream(loader(packing="best_fit", packing_cache_dir=cache), convert),
+                "torch_store": _Stream(stored_rows(), convert),
+                "torch_store_cu_seqlens": _Stream(stored_rows(fields=VARLEN_SETS["cu_seqlens"]), convert)})
+        tok_s = alternated(streams, seconds)
         floor = GatherFloor(path, cache, L, 8)
-        r = {"seq_len": L, "windows_tok_s": plain, "windows_fields_tok_s": doc, "best_fit_tok_s": best,
-             "store_tok_s": store, "store_named_tok_s": varlen,
-             "store_tokens_only_tok_s": _tok_s(stored_rows(fields={"tokens_only": True}), seconds, key="tokens"),
+        r = {"seq_len": L, "windows_tok_s": tok_s["windows"], "windows_fields_tok_s": tok_s["windows_fields"],
+             "best_fit_tok_s": tok_s["best_fit"], "store_tok_s": tok_s["store"],
+             "store_named_tok_s": {name: tok_s[f"store_{name}"] for name in VARLEN_SETS},
+             "store_tokens_only_tok_s": tok_s["store_tokens_only"],
              "floor_take_tok_s": floor.tok_s(seconds, fields=False),
              "floor_take_fields_tok_s": floor.tok_s(seconds, fields=True),
              "floor_copy_fields_tok_s": floor.copy_tok_s(seconds)}
-        if convert is not None:
-            r["torch_windows_tok_s"] = _tok_s(loader(), seconds, convert)
-            r["torch_windows_fields_tok_s"] = _tok_s(loader(fields=fields), seconds, convert)
-            r["torch_best_fit_tok_s"] = _tok_s(packed, seconds, convert)
-            r["torch_store_tok_s"] = _tok_s(stored, seconds, convert)
-            r["torch_store_cu_seqlens_tok_s"] = _tok_s(stored_rows(fields=VARLEN_SETS["cu_seqlens"]), seconds,
-                                                       convert)
+        r.update({f"{name}_tok_s": v for name, v in tok_s.items() if name.startswith("torch_")})
         out.append(r)
+    return out
+
+
+def long_throughput(cache: Path, seconds: float) -> list[dict]:
+    """The same on long documents (long-mix: 1.1–1.2 attention segments per row): plain windows, best-fit
+    rows from the store with `fields=["cu_seqlens"]` and with every field, alternated."""
+    path = corpus("long-mix")
+    out = []
+    for L in SEQS:
+        def loader(seq_len: int = L, **kw) -> Loader:
+            return Loader(path, seq_len=seq_len, batch_schedule=8, seed=1, **kw)
+        store = dict(packing="best_fit", packing_cache_dir=cache, packing_store=True)
+        tok_s = alternated({"windows": _Stream(loader()), "store": _Stream(loader(**store)),
+                            "store_cu_seqlens": _Stream(loader(fields=["cu_seqlens"], **store))}, seconds)
+        out.append({"seq_len": L, **{f"{k}_tok_s": v for k, v in tok_s.items()}})
     return out
 
 
@@ -505,7 +533,7 @@ def main() -> None:
         for r in rate:
             print(f"  seq_len {r['seq_len']:>5,} {r['strategy']:<9} {r['s_per_million_docs']:6.2f} s")
     results["throughput"] = tp = throughput(cache, args.seconds)
-    print("\nstream throughput, batch 8, gutenberg (best of 3), M tok/s")
+    print("\nstream throughput, batch 8, gutenberg (loaders alternated, best of 5 stretches), M tok/s")
     for r in tp:
         b = r["best_fit_tok_s"]
         print(f"  seq_len {r['seq_len']:>5,}: best_fit {b / 1e6:7.1f}  windows {r['windows_tok_s'] / 1e6:7.1f}  "
@@ -537,6 +565,13 @@ def main() -> None:
                   f"{r['torch_store_tok_s'] / r['torch_windows_tok_s']:.2f}× windows to torch; only cu_seqlens "
                   f"{r['torch_store_cu_seqlens_tok_s'] / 1e6:7.1f} = "
                   f"{r['torch_store_cu_seqlens_tok_s'] / r['torch_windows_tok_s']:.2f}×")
+    results["long_throughput"] = lt = long_throughput(cache, args.seconds)
+    print("\nstream throughput, batch 8, long-mix (loaders alternated, best of 5 stretches), M tok/s")
+    for r in lt:
+        w = r["windows_tok_s"]
+        print(f"  seq_len {r['seq_len']:>5,}: windows {w / 1e6:7.1f}  row store, cu_seqlens "
+              f"{r['store_cu_seqlens_tok_s'] / 1e6:7.1f} = {r['store_cu_seqlens_tok_s'] / w:.2f}× (goal ≥ 0.8×)  "
+              f"every field {r['store_tok_s'] / 1e6:7.1f} = {r['store_tok_s'] / w:.2f}×")
     if args.only == "throughput":
         return _dump(args, results)
     results["store_build"] = sb = store_build()
