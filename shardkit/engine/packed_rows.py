@@ -32,7 +32,7 @@ from .windows import Windows
 __all__ = ["PackedReader", "PackedWindows", "is_packed", "windows_factory"]
 
 SLAB_BYTES = 256 << 10  # as the engine's slabs of windows: two live slabs stay in L2
-STORE_SLAB_BYTES = 1 << 20
+STORE_SLAB_BYTES = 1 << 20  # whole stored rows with no per-token field (`PackedReader.slab_bytes`)
 # stored rows' cu_seqlens are built for rows of about this many tokens at once, and at most this many
 # attention segments (unless one slab holds more): about 12 bytes of scratch per segment
 BOUNDARY_TOKENS = 16 << 20
@@ -315,7 +315,8 @@ class PackedReader:
 
     def slab_bytes(self, rows: Rows, fields: BatchFields) -> int:
         """How many bytes of rows one slab holds: more from row stores when the items carry no per-token
-        field (only cu_seqlens), where a slab's cost is its fixed work (segments → cu_seqlens), not the copy."""
+        field (only cu_seqlens), where a slab's cost is its fixed work (the slab's items), not the copy;
+        1 MiB measured fastest (bench_packing), larger slabs stop fitting the caches the copy writes to."""
         f = fields.for_packed_rows
         light = not (f.loss_mask or f.position_ids)
         return STORE_SLAB_BYTES if light and self.from_stores(rows) else SLAB_BYTES
