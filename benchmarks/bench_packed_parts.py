@@ -9,7 +9,7 @@ batch of 8 compared.
   store, engine only    no cu_seqlens and the row copy replaced by a cached slab: the engine's own work
 
 Each variant runs in its own process (the stubs replace module functions), the variants alternate for
-`--rounds` rounds and the median of each is printed. The stubs change what the batches hold, so this is a
+`--rounds` rounds and the best of each is printed. The stubs change what the batches hold, so this is a
 cost breakdown, never a correctness check. Corpora are bench_packing's (built on first use).
 
     python benchmarks/bench_packed_parts.py [--corpus gutenberg] [--rounds 3] [--batches 40000]
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -81,7 +80,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", default="gutenberg", choices=["gutenberg", "long-mix", "wikitext"])
     ap.add_argument("--seq-lens", default="2048,8192")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--batches", type=int, default=40000)
     ap.add_argument("--core", type=int, default=os.cpu_count() - 1 if os.cpu_count() else 0)
     ap.add_argument("--variant", help=argparse.SUPPRESS)
@@ -92,7 +91,7 @@ def main() -> None:
         return
     sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
     print(f"bench_packed_parts  {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  commit {sha.strip()}  "
-          f"{args.corpus}, batch 8, core {args.core}, median of {args.rounds} (µs per batch)")
+          f"{args.corpus}, batch 8, core {args.core}, best of {args.rounds} (µs per batch)")
     for seq_len in (int(x) for x in args.seq_lens.split(",")):
         times: dict[str, list[float]] = {v: [] for v in VARIANTS}
         for _ in range(args.rounds):
@@ -102,7 +101,7 @@ def main() -> None:
                                      capture_output=True, text=True, check=True,
                                      preexec_fn=lambda: os.sched_setaffinity(0, {args.core}))
                 times[v].append(float(out.stdout.split()[-1]))
-        m = {v: statistics.median(t) for v, t in times.items()}
+        m = {v: min(t) for v, t in times.items()}  # the least disturbed run of each: a cost, not a rate
         print(f"  seq_len {seq_len:,}: " + "  ".join(f"{v} {m[v]:.2f}" for v in VARIANTS))
         print(f"    windows: engine {m['windows, no copy']:.2f} + copy {m['windows'] - m['windows, no copy']:.2f};  "
               f"store: engine {m['store, engine only']:.2f} + row copy "
