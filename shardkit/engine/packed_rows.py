@@ -228,12 +228,15 @@ class _Boundaries:
         if any(pw.store is None for _, pw, _ in parts):  # a store found damaged: only the rows asked for
             k = k1
             parts = reader._parts(self.rows, b[k0], b[k])
+        if k > k1:  # many short documents: fewer items, so the run's arrays stay bounded
+            counts = np.zeros(b[k] - b[k0], dtype=np.int64)
+            for sel, pw, ids in parts:
+                counts[sel] = pw.store.seg_ptr[ids + 1] - pw.store.seg_ptr[ids]  # type: ignore[union-attr]
+            if int(counts.sum()) > BOUNDARY_SEGMENTS:
+                rows = int(np.searchsorted(np.cumsum(counts), BOUNDARY_SEGMENTS, side="right"))
+                k = max(k1, bisect.bisect_right(b, b[k0] + rows, k0, k) - 1)
+                parts = reader._parts(self.rows, b[k0], b[k])
         seg, s0, counts, seg_max = _row_segments(parts, b[k] - b[k0])
-        if k > k1 and int(counts.sum()) > BOUNDARY_SEGMENTS:  # many short documents: fewer items, bounded memory
-            rows = int(np.searchsorted(np.cumsum(counts), BOUNDARY_SEGMENTS, side="right"))
-            k = max(k1, bisect.bisect_right(b, b[k0] + rows, k0, k) - 1)
-            n = b[k] - b[k0]
-            s0, counts, seg_max = s0[:n], counts[:n], seg_max[:n]
         rel = np.asarray(b[k0:k + 1], dtype=np.int64) - b[k0]
         self.cus, self.longest = item_boundaries(seg, s0, counts, seg_max, rel, self.seq_len)
         self.first = k0

@@ -140,9 +140,11 @@ def test_stored_boundaries_in_runs_of_any_size(corpus, slab_rows, run_rows, run_
 
 
 def test_stored_boundaries_in_runs_in_a_mixture(tmp_path, corpus, monkeypatch):
-    """Runs of a mixture's items gather the segment lengths of both sources' stores into row order."""
+    """Runs of a mixture's items gather the segment lengths of both sources' stores into row order, and the
+    segment cap counts both sources' segments."""
     monkeypatch.setattr(packed_rows, "STORE_SLAB_BYTES", 5 * (SEQ + 1) * 2)
     monkeypatch.setattr(packed_rows, "BOUNDARY_TOKENS", 37 * SEQ)
+    monkeypatch.setattr(packed_rows, "BOUNDARY_SEGMENTS", 90)  # runs cut short by the segment cap too
     recipe = _mixture_recipe(tmp_path, corpus, seed=5)
     g = MixtureLoader(recipe, packing_cache_dir=tmp_path / "c", fields=["cu_seqlens"])
     s = MixtureLoader(recipe, packing_cache_dir=tmp_path / "c", packing_store=True, fields=["cu_seqlens"])
