@@ -229,9 +229,7 @@ class _Boundaries:
             k = k1
             parts = reader._parts(self.rows, b[k0], b[k])
         if k > k1:  # many short documents: fewer items, so the run's arrays stay bounded
-            counts = np.zeros(b[k] - b[k0], dtype=np.int64)
-            for sel, pw, ids in parts:
-                counts[sel] = pw.store.seg_ptr[ids + 1] - pw.store.seg_ptr[ids]  # type: ignore[union-attr]
+            counts = _segment_counts(parts, b[k] - b[k0])
             if int(counts.sum()) > BOUNDARY_SEGMENTS:
                 rows = int(np.searchsorted(np.cumsum(counts), BOUNDARY_SEGMENTS, side="right"))
                 k = max(k1, bisect.bisect_right(b, b[k0] + rows, k0, k) - 1)
@@ -240,6 +238,16 @@ class _Boundaries:
         rel = np.asarray(b[k0:k + 1], dtype=np.int64) - b[k0]
         self.cus, self.longest = item_boundaries(seg, s0, counts, seg_max, rel, self.seq_len)
         self.first = k0
+
+
+def _segment_counts(parts: list[tuple[Any, PackedWindows, np.ndarray]], n: int) -> np.ndarray:
+    """How many attention segments each of `n` rows read from row stores holds, in row order."""
+    counts = np.zeros(n, dtype=np.int64)
+    for sel, pw, ids in parts:
+        st = pw.store
+        assert st is not None
+        counts[sel] = st.seg_ptr[ids + 1] - st.seg_ptr[ids]
+    return counts
 
 
 def _row_segments(parts: list[tuple[Any, PackedWindows, np.ndarray]], n: int
@@ -252,13 +260,10 @@ def _row_segments(parts: list[tuple[Any, PackedWindows, np.ndarray]], n: int
         assert st is not None
         s0 = st.seg_ptr[ids]
         return st.seg, s0, st.seg_ptr[ids + 1] - s0, st.seg_max[ids]
-    counts = np.zeros(n, dtype=np.int64)
+    counts = _segment_counts(parts, n)
     seg_max = np.zeros(n, dtype=np.int32)
     for sel, pw, ids in parts:
-        st = pw.store
-        assert st is not None
-        counts[sel] = st.seg_ptr[ids + 1] - st.seg_ptr[ids]
-        seg_max[sel] = st.seg_max[ids]
+        seg_max[sel] = pw.store.seg_max[ids]  # type: ignore[union-attr]
     s0 = np.cumsum(counts) - counts
     seg = np.empty(int(counts.sum()), dtype=np.int32)
     for sel, pw, ids in parts:
