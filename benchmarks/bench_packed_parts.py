@@ -5,7 +5,8 @@ batch of 8 compared.
   windows               plain windows, as streamed
   windows, no copy      the same with the slab copy replaced by a cached slab: the engine's own work
   store                 best-fit rows from the row store, fields=["cu_seqlens"]
-  store, no cu_seqlens  the same with `item_boundaries` returning cached arrays: what cu_seqlens costs
+  store, no cu_seqlens  the same with `PackedReader._stored_boundaries` returning a cached array: what
+                        cu_seqlens costs
   store, engine only    no cu_seqlens and the row copy replaced by a cached slab: the engine's own work
 
 Each variant runs in its own process (the stubs replace module functions), the variants alternate for
@@ -50,9 +51,11 @@ def _run_variant(corpus: str, seq_len: int, variant: str, batches: int) -> float
             return slabs[z - a]
         gather._Chunk.slab = cached_slab
     if variant in ("store, no cu_seqlens", "store, engine only"):
-        cu = np.zeros(2, dtype=np.int32)
-        packed_rows.item_boundaries = lambda seg, s0, counts, seg_max, bounds, L: ([cu] * (len(bounds) - 1),
-                                                                                   [1] * (len(bounds) - 1))
+        x = np.zeros(2, dtype=np.int32)
+
+        def no_boundaries(self, rows, bounds, k0: int, k1: int, seq_len: int):
+            return x, [0] + [2] * (k1 - k0), [1] * (k1 - k0)
+        packed_rows.PackedReader._stored_boundaries = no_boundaries
     if variant == "store, engine only":
         real_from, rows = packed_rows.PackedReader._from_stores, {}
 
@@ -82,6 +85,8 @@ def main() -> None:
     ap.add_argument("--seq-lens", default="2048,8192")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--batches", type=int, default=40000)
+    ap.add_argument("--no-numba", action="store_true",
+                    help="stored cu_seqlens by NumPy runs, not the compiled loop (SHARDKIT_NO_NUMBA=1)")
     ap.add_argument("--core", type=int, default=os.cpu_count() - 1 if os.cpu_count() else 0)
     ap.add_argument("--variant", help=argparse.SUPPRESS)
     ap.add_argument("--seq-len", type=int, help=argparse.SUPPRESS)
@@ -91,14 +96,16 @@ def main() -> None:
         return
     sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
     print(f"bench_packed_parts  {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  commit {sha.strip()}  "
-          f"{args.corpus}, batch 8, core {args.core}, best of {args.rounds} (µs per batch)")
+          f"{args.corpus}, batch 8, core {args.core}, best of {args.rounds} (µs per batch), stored cu_seqlens "
+          f"{'by NumPy runs' if args.no_numba else 'compiled'}")
+    env = dict(os.environ, SHARDKIT_NO_NUMBA="1") if args.no_numba else None
     for seq_len in (int(x) for x in args.seq_lens.split(",")):
         times: dict[str, list[float]] = {v: [] for v in VARIANTS}
         for _ in range(args.rounds):
             for v in VARIANTS:
                 out = subprocess.run([sys.executable, __file__, "--variant", v, "--seq-len", str(seq_len),
                                       "--corpus", args.corpus, "--batches", str(args.batches)],
-                                     capture_output=True, text=True, check=True,
+                                     capture_output=True, text=True, check=True, env=env,
                                      preexec_fn=lambda: os.sched_setaffinity(0, {args.core}))
                 times[v].append(float(out.stdout.split()[-1]))
         m = {v: min(t) for v, t in times.items()}  # the least disturbed run of each: a cost, not a rate

@@ -263,6 +263,7 @@ class Engine:
         packed = is_packed(rows)
         plain = not packed and not fields.needs_docs and not fields.loss_mask and not fields.row_identity
         tokens_only = fields.tokens_only
+        row_identity = fields.row_identity
         label = self.label_sources
         # each item's `source` rows: views made in one C-level pass when every item has the same row count
         row_sources = list(rows.src.reshape(-1, int(counts[0]))) if label and counts.size and counts[0] and \
@@ -275,6 +276,7 @@ class Engine:
         next_enter = 0
         enter_item = enter_at[0][0]
         prepared = None if packed else self.gather.chunk(rows, slab_bounds, width)
+        slab_first_item, slab_item_ends = starts_slab.tolist(), item_ends.tolist()
         def where(row: int) -> tuple[int, int]:  # (batch, micro) of a chunk row: where a replacement is reported
             i = int(np.searchsorted(bounds, row, side="right")) - 1
             return int(batches[i]), int(micros[i])
@@ -307,8 +309,8 @@ class Engine:
                 else:
                     slab = next_slab_of(slab_base, slab_end)
                 if packed:  # every item of the slab at once (views of the slab's arrays)
-                    slab_item = int(starts_slab[next_slab])
-                    slab_items = self.packed.items(rows, bl, slab_item, int(item_ends[next_slab]), slab, p.seq_len,
+                    slab_item = slab_first_item[next_slab]
+                    slab_items = self.packed.items(rows, bl, slab_item, slab_item_ends[next_slab], slab, p.seq_len,
                                                    fields)
                 next_slab += 1
             while enter_item <= i:
@@ -316,16 +318,18 @@ class Engine:
                 self.hints[key].enter(e, g)
                 next_enter += 1
                 enter_item = enter_at[next_enter][0]
-            tokens = slab[a - slab_base:z - slab_base]  # type: ignore[index]
             delivered[0] = i + 1
-            if plain:  # the common case, without a call per field
-                out = {"tokens": tokens} if tokens_only else {"input_ids": tokens[:, :-1], "labels": tokens[:, 1:]}
-            elif packed:
+            if packed:  # the slab's items were built with it
                 out = slab_items[i - slab_item]
-                if fields.row_identity:  # per piece: a packed row holds several documents
+                if row_identity:  # per piece: a packed row holds several documents
                     out.update(packed_identity(rows, a, z, self.mapper))
             else:
-                out = self._fields(rows, a, z, tokens, p.seq_len, fields)
+                tokens = slab[a - slab_base:z - slab_base]  # type: ignore[index]
+                if plain:  # the common case, without a call per field
+                    out = {"tokens": tokens} if tokens_only else {"input_ids": tokens[:, :-1],
+                                                                   "labels": tokens[:, 1:]}
+                else:
+                    out = self._fields(rows, a, z, tokens, p.seq_len, fields)
             if label:
                 out["source"] = src[a:z] if row_sources is None else row_sources[i]
                 out["phase"], out["phase_name"] = phase, name

@@ -21,6 +21,7 @@ import numpy as np
 from ..errors import ConfigError, IntegrityError
 from ..format.dataset import Dataset
 from .fields import BatchFields
+from .kernels import row_boundaries
 from .mapper import Mapper
 from .pack_table import cached_table
 from .packed_fields import packed_fields, segment_starts
@@ -37,6 +38,9 @@ STORE_SLAB_BYTES = 1 << 20  # whole stored rows with no per-token field (`Packed
 # attention segments (unless one slab holds more): about 12 bytes of scratch per segment
 BOUNDARY_TOKENS = 16 << 20
 BOUNDARY_SEGMENTS = 1 << 20
+# the same, when the compiled loop (`kernels.row_boundaries`) builds them: its fixed cost is a few µs, so runs
+# can be short enough for their boundaries to stay in the L2 cache until their items are handed out
+KERNEL_BOUNDARY_TOKENS = 4 << 20
 
 
 class PackedWindows(Windows):
@@ -210,34 +214,54 @@ class _Boundaries:
 
     def __init__(self, rows: Rows, bounds: list[int], seq_len: int) -> None:
         self.rows, self.bounds, self.seq_len = rows, bounds, seq_len
-        self.first = 0  # the chunk's item number of cus[0]
-        self.cus: list[np.ndarray] = []
+        self.first = 0  # the chunk's item number of the run's first item
+        self.x = np.zeros(0, dtype=np.int32)
+        self.cut: list[int] = [0]
         self.longest: list[int] = []
 
-    def of(self, reader: PackedReader, k0: int, k1: int) -> tuple[list[np.ndarray], list[int]]:
-        """(cu_seqlens, max_seqlen) of the chunk's items k0..k1 (their rows all in row stores)."""
-        if not (self.first <= k0 and k1 <= self.first + len(self.cus)):
+    def of(self, reader: PackedReader, k0: int, k1: int) -> tuple[np.ndarray, list[int], list[int]]:
+        """(x, cut, max_seqlen) of the chunk's items k0..k1 (their rows all in row stores): item k0 + k's
+        cu_seqlens is x[cut[k]:cut[k + 1]]."""
+        if not (self.first <= k0 and k1 <= self.first + len(self.longest)):
             self._build(reader, k0, k1)
         i, j = k0 - self.first, k1 - self.first
-        return self.cus[i:j], self.longest[i:j]
+        return self.x, self.cut[i:j + 1], self.longest[i:j]
 
     def _build(self, reader: PackedReader, k0: int, k1: int) -> None:
         b = self.bounds
-        k = bisect.bisect_left(b, b[k0] + max(1, BOUNDARY_TOKENS // self.seq_len), k1, len(b) - 1)
+        kernel = reader.kernel
+        run = BOUNDARY_TOKENS if kernel is None else KERNEL_BOUNDARY_TOKENS
+        k = bisect.bisect_left(b, b[k0] + max(1, run // self.seq_len), k1, len(b) - 1)
         parts = reader._parts(self.rows, b[k0], b[k])
         if any(pw.store is None for _, pw, _ in parts):  # a store found damaged: only the rows asked for
             k = k1
             parts = reader._parts(self.rows, b[k0], b[k])
-        if k > k1:  # many short documents: fewer items, so the run's arrays stay bounded
+        if k > k1 and (b[k] - b[k0]) * self.seq_len > BOUNDARY_SEGMENTS:  # (a segment holds ≥ 1 token)
+            # many short documents: fewer items, so the run's arrays stay bounded
             counts = _segment_counts(parts, b[k] - b[k0])
             if int(counts.sum()) > BOUNDARY_SEGMENTS:
                 rows = int(np.searchsorted(np.cumsum(counts), BOUNDARY_SEGMENTS, side="right"))
                 k = max(k1, bisect.bisect_right(b, b[k0] + rows, k0, k) - 1)
                 parts = reader._parts(self.rows, b[k0], b[k])
-        seg, s0, counts, seg_max = _row_segments(parts, b[k] - b[k0])
-        rel = np.asarray(b[k0:k + 1], dtype=np.int64) - b[k0]
-        self.cus, self.longest = item_boundaries(seg, s0, counts, seg_max, rel, self.seq_len)
+        n = b[k] - b[k0]
+        rel = np.asarray(b[k0:k + 1], dtype=np.int64)
+        rel -= b[k0]
         self.first = k0
+        if kernel is None:
+            seg, s0, counts, seg_max = _row_segments(parts, n)
+            self.x, self.cut, self.longest = item_boundaries(seg, s0, counts, seg_max, rel, self.seq_len)
+            return
+        if len(parts) == 1 and isinstance(parts[0][0], slice):
+            (_, pw, ids), = parts
+            st = pw.store
+            assert st is not None
+            x, ptr, longest = kernel(st.seg, st.seg_ptr, st.seg_max, ids, rel)
+        else:  # a mixture's rows: their segments gathered into row order first
+            seg, s0, counts, seg_max = _row_segments(parts, n)
+            seg_ptr = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(counts, out=seg_ptr[1:])
+            x, ptr, longest = kernel(seg, seg_ptr, seg_max, np.arange(n, dtype=np.int64), rel)
+        self.x, self.cut, self.longest = x, ptr.tolist(), longest.tolist()
 
 
 def _segment_counts(parts: list[tuple[Any, PackedWindows, np.ndarray]], n: int) -> np.ndarray:
@@ -274,9 +298,9 @@ def _row_segments(parts: list[tuple[Any, PackedWindows, np.ndarray]], n: int
 
 
 def item_boundaries(seg: np.ndarray, s0: np.ndarray, counts: np.ndarray, seg_max: np.ndarray, bounds: np.ndarray,
-                    seq_len: int) -> tuple[list[np.ndarray], list[int]]:
-    """(cu_seqlens, max_seqlen) of each item of a slab. The items are the rows between consecutive `bounds`
-    (0 to every row); row r's segment lengths are `seg[s0[r]:s0[r] + counts[r]]` (at least one, summing to
+                    seq_len: int) -> tuple[np.ndarray, list[int], list[int]]:
+    """(x, cut, max_seqlen) of the items of a run of rows: item k's cu_seqlens is x[cut[k]:cut[k + 1]]. The
+    items are the rows between consecutive `bounds` (0 to every row); row r's segment lengths are `seg[s0[r]:s0[r] + counts[r]]` (at least one, summing to
     seq_len) and its longest is `seg_max[r]`.
 
     An item's cu_seqlens is 0 and then the running sum of its rows' segment lengths, so the slab is laid out
@@ -302,9 +326,8 @@ def item_boundaries(seg: np.ndarray, s0: np.ndarray, counts: np.ndarray, seg_max
     x[lead[0]] = 0
     x[lead[1:]] = -(np.diff(b)[:-1] * seq_len)
     np.cumsum(x, out=x)
-    cut = np.append(lead, x.size).tolist()
     longest = np.maximum.reduceat(seg_max, first).tolist()
-    return [x[i:j] for i, j in zip(cut[:-1], cut[1:])], longest
+    return x, np.append(lead, x.size).tolist(), longest
 
 
 class PackedReader:
@@ -314,7 +337,8 @@ class PackedReader:
         self.mapper = mapper
         self.dtype = np.dtype(dtype)
         self._slab: _Slab | _StoreSlab | None = None
-        self._bounds: _Boundaries | None = None  # the current chunk's stored rows' cu_seqlens
+        self._bounds: _Boundaries | None = None  # the current chunk's stored rows' cu_seqlens (NumPy runs)
+        self.kernel = row_boundaries()  # stored rows' cu_seqlens a slab at a time (None: without numba)
 
     @staticmethod
     def from_stores(rows: Rows) -> bool:
@@ -330,10 +354,10 @@ class PackedReader:
         return STORE_SLAB_BYTES if light and self.from_stores(rows) else SLAB_BYTES
 
     def _parts(self, rows: Rows, a: int, z: int) -> list[tuple[Any, PackedWindows, np.ndarray]]:
-        src = rows.src[a:z]
         if len(rows.streams) == 1:
             (stream,) = rows.streams.values()
             return [(slice(None), stream.windows, rows.ids[a:z])]
+        src = rows.src[a:z]
         out = []
         for j, stream in rows.streams.items():
             sel = np.flatnonzero(src == j)
@@ -345,7 +369,7 @@ class PackedReader:
         """Token rows [a, z) of `rows`: each row's pieces back to back, then zeros. The slab's pieces are
         kept for `fields` of the items inside it."""
         parts = self._parts(rows, a, z)
-        if all(pw.store is not None for _, pw, _ in parts) and self._checked(parts):
+        if self._checked(parts):
             return self._from_stores(rows, a, z, width, parts)
         n = z - a
         out = np.empty((n, width), dtype=self.dtype)
@@ -372,11 +396,13 @@ class PackedReader:
         return out
 
     def _checked(self, parts: list[tuple[Any, PackedWindows, np.ndarray]]) -> bool:
-        """Whether every part's store holds intact rows for the slab (blocks hashed on first read); a
-        damaged store is moved aside to be rebuilt on the next open, and the slab read from the dataset."""
+        """Whether every part is read from a store that holds intact rows for the slab (blocks hashed on first
+        read); a damaged store is moved aside to be rebuilt on the next open, and the slab read from the
+        dataset."""
         for _, pw, ids in parts:
             store = pw.store
-            assert store is not None
+            if store is None:
+                return False
             try:
                 store.check(ids)
             except IntegrityError as e:
@@ -395,8 +421,9 @@ class PackedReader:
         if len(parts) == 1 and isinstance(parts[0][0], slice):
             (_, pw, ids), = parts
             assert pw.store is not None
-            # np.take along rows: twice as fast as fancy-indexing the rows (measured, NumPy 2.4)
-            out = np.take(pw.store.tokens, ids, axis=0)
+            # take along rows: twice as fast as fancy-indexing the rows (measured, NumPy 2.4); the method, not
+            # np.take, whose Python wrapper costs a third as much as a slab's copy of 256 KiB
+            out = pw.store.tokens.take(ids, axis=0)
             return out if out.dtype == self.dtype else out.astype(self.dtype)
         out = np.empty((z - a, width), dtype=self.dtype)
         for sel, pw, ids in parts:
@@ -446,27 +473,39 @@ class PackedReader:
         field is named), all computed at once and handed out as views."""
         b = bounds[k0:k1 + 1]
         a0 = b[0]
-        rows_of = [tokens[a - a0:z - a0] for a, z in zip(b[:-1], b[1:])]
         slab = self._slab
         if slab is None or not (rows is slab.rows and slab.a <= a0 and b[-1] <= slab.z):  # not the slab just read
             self.slab(rows, a0, b[-1], seq_len + 1)
             slab = self._slab
         packed = fields.for_packed_rows
+        if packed.cu_seqlens and isinstance(slab, _StoreSlab) and not (packed.loss_mask or packed.position_ids):
+            # varlen attention alone, from row stores: the common fast case, every item made in one pass
+            x, cut, longest = self._stored_boundaries(rows, bounds, k0, k1, seq_len)
+            if fields.tokens_only:
+                return [{"tokens": tokens[a - a0:z - a0], "cu_seqlens": x[c:d], "max_seqlen": m}
+                        for a, z, c, d, m in zip(b, b[1:], cut, cut[1:], longest)]
+            inputs, labels = tokens[:, :-1], tokens[:, 1:]
+            return [{"input_ids": inputs[a - a0:z - a0], "labels": labels[a - a0:z - a0], "cu_seqlens": x[c:d],
+                     "max_seqlen": m} for a, z, c, d, m in zip(b, b[1:], cut, cut[1:], longest)]
+        spans = [(a - a0, z - a0) for a, z in zip(b[:-1], b[1:])]
         cus: list[np.ndarray] = []
-        longest: list[int] = []
+        longest = []
         if packed.cu_seqlens and isinstance(slab, _StoreSlab):
-            bd = self._bounds
-            if bd is None or bd.rows is not rows or bd.bounds is not bounds or bd.seq_len != seq_len:
-                bd = self._bounds = _Boundaries(rows, bounds, seq_len)
-            cus, longest = bd.of(self, k0, k1)
-            if not (packed.loss_mask or packed.position_ids):  # varlen attention alone: the common fast case
-                if fields.tokens_only:
-                    return [{"tokens": t, "cu_seqlens": cu, "max_seqlen": m} for t, cu, m in zip(rows_of, cus, longest)]
-                return [{"input_ids": t[:, :-1], "labels": t[:, 1:], "cu_seqlens": cu, "max_seqlen": m}
-                        for t, cu, m in zip(rows_of, cus, longest)]
+            x, cut, longest = self._stored_boundaries(rows, bounds, k0, k1, seq_len)
+            cus = [x[c:d] for c, d in zip(cut[:-1], cut[1:])]
         if fields.tokens_only:
-            out = [{"tokens": t} for t in rows_of]
+            out = [{"tokens": tokens[i:j]} for i, j in spans]
         else:
-            out = [{"input_ids": t[:, :-1], "labels": t[:, 1:]} for t in rows_of]
+            inputs, labels = tokens[:, :-1], tokens[:, 1:]
+            out = [{"input_ids": inputs[i:j], "labels": labels[i:j]} for i, j in spans]
         slab.items(out, b, seq_len, packed, cus, longest)  # type: ignore[union-attr]
         return out
+
+    def _stored_boundaries(self, rows: Rows, bounds: list[int], k0: int, k1: int, seq_len: int
+                           ) -> tuple[np.ndarray, list[int], list[int]]:
+        """(x, cut, max_seqlen) of the chunk's items k0..k1 (their rows all in row stores): item k0 + k's
+        cu_seqlens is x[cut[k]:cut[k + 1]], from the current run of boundaries (`_Boundaries`)."""
+        bd = self._bounds
+        if bd is None or bd.rows is not rows or bd.bounds is not bounds or bd.seq_len != seq_len:
+            bd = self._bounds = _Boundaries(rows, bounds, seq_len)
+        return bd.of(self, k0, k1)

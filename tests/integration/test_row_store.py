@@ -117,13 +117,15 @@ def test_named_packed_fields_are_exactly_those_of_the_full_batch(corpus, which, 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(slab_rows=st.integers(1, 40), run_rows=st.integers(1, 200), run_segments=st.integers(1, 400),
        seed=st.integers(0, 2**32), world=st.sampled_from([1, 2]), micro=st.sampled_from([None, 2]),
-       schedule=st.sampled_from([0, 1]), start=st.integers(0, 12))
-@example(slab_rows=3, run_rows=200, run_segments=1, seed=1, world=1, micro=None, schedule=1, start=0)
+       schedule=st.sampled_from([0, 1]), start=st.integers(0, 12), compiled=st.booleans())
+@example(slab_rows=3, run_rows=200, run_segments=1, seed=1, world=1, micro=None, schedule=1, start=0,
+         compiled=False)
+@example(slab_rows=3, run_rows=1, run_segments=1, seed=1, world=1, micro=None, schedule=1, start=0, compiled=True)
 def test_stored_boundaries_in_runs_of_any_size(corpus, slab_rows, run_rows, run_segments, seed, world, micro,
-                                                schedule, start):
-    """Stored rows' cu_seqlens are built for runs of items longer than a slab (`BOUNDARY_TOKENS`), cut short
-    by `BOUNDARY_SEGMENTS` (down to the slab asking): the same batches as from the dataset whatever the run
-    and slab sizes, item sizes and resume point."""
+                                                schedule, start, compiled):
+    """Stored rows' cu_seqlens are built a slab at a time by the compiled loop, or without numba for runs of
+    items longer than a slab (`BOUNDARY_TOKENS`), cut short by `BOUNDARY_SEGMENTS` (down to the slab asking):
+    the same batches as from the dataset whatever the run and slab sizes, item sizes and resume point."""
     kw = dict(seed=seed, rank=world - 1, world_size=world, micro_batch_size=micro,
               batch_schedule=SCHEDULES[schedule], fields=["cu_seqlens"])
     gathered = _loader(corpus, **kw)
@@ -131,6 +133,7 @@ def test_stored_boundaries_in_runs_of_any_size(corpus, slab_rows, run_rows, run_
         mp.setattr(packed_rows, "STORE_SLAB_BYTES", slab_rows * (SEQ + 1) * 2)
         mp.setattr(packed_rows, "BOUNDARY_TOKENS", run_rows * SEQ)
         mp.setattr(packed_rows, "BOUNDARY_SEGMENTS", run_segments)
+        _compiled_or_not(mp, compiled)
         stored = _loader(corpus, packing_store=True, **kw)
         state = gathered.state_at(start)
         gathered.load_state_dict(state)
@@ -139,9 +142,19 @@ def test_stored_boundaries_in_runs_of_any_size(corpus, slab_rows, run_rows, run_
             assert_same_batch(g, s)
 
 
-def test_stored_boundaries_in_runs_in_a_mixture(tmp_path, corpus, monkeypatch):
-    """Runs of a mixture's items gather the segment lengths of both sources' stores into row order, and the
-    segment cap counts both sources' segments."""
+def _compiled_or_not(mp, compiled):
+    """Stored boundaries by the compiled loop (numba is a test dependency), or by the NumPy runs."""
+    if compiled:
+        assert packed_rows.row_boundaries() is not None, "numba is a test dependency: test the compiled loop"
+    else:
+        mp.setattr(packed_rows, "row_boundaries", lambda: None)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
+def test_stored_boundaries_in_runs_in_a_mixture(tmp_path, corpus, monkeypatch, compiled):
+    """A mixture's items gather the segment lengths of both sources' stores into row order (a slab at a time
+    for the compiled loop; in runs, whose segment cap counts both sources' segments, without it)."""
+    _compiled_or_not(monkeypatch, compiled)
     monkeypatch.setattr(packed_rows, "STORE_SLAB_BYTES", 5 * (SEQ + 1) * 2)
     monkeypatch.setattr(packed_rows, "BOUNDARY_TOKENS", 37 * SEQ)
     monkeypatch.setattr(packed_rows, "BOUNDARY_SEGMENTS", 90)  # runs cut short by the segment cap too

@@ -1,12 +1,34 @@
-"""`item_boundaries`: every item's cu_seqlens and max_seqlen from the stored segment lengths of its rows, in one
-running sum over the slab, equal to the boundaries computed item by item — for rows anywhere in the store (in
-any order, repeated), items of any sizes, and rows of one segment or many."""
+"""Stored rows' cu_seqlens: every item's boundaries and max_seqlen from the stored segment lengths of its rows,
+built for many items at once — by NumPy (`item_boundaries`, one running sum over the run) and by the compiled
+loop (`kernels.row_boundaries`) — equal to the boundaries computed item by item, for rows anywhere in the store
+(in any order, repeated), items of any sizes, and rows of one segment or many."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shardkit.engine import kernels
 from shardkit.engine.packed_rows import item_boundaries
+
+
+def _numpy(seg, seg_ptr, seg_max, ids, bounds, seq_len):
+    s0 = seg_ptr[ids]
+    x, cut, longest = item_boundaries(seg, s0, seg_ptr[ids + 1] - s0, seg_max[ids], np.array(bounds), seq_len)
+    return [x[a:z] for a, z in zip(cut[:-1], cut[1:])], longest
+
+
+def _compiled(seg, seg_ptr, seg_max, ids, bounds, seq_len):
+    kernel = kernels.row_boundaries()
+    if kernel is None:
+        pytest.fail("numba is a test dependency: the compiled kernel must be tested")
+    x, ptr, longest = kernel(seg, seg_ptr, seg_max, ids, np.array(bounds, dtype=np.int64))
+    assert x.size == ptr[-1]  # nothing left uninitialised past the last item
+    cut = ptr.tolist()
+    return [x[a:z] for a, z in zip(cut[:-1], cut[1:])], longest.tolist()
+
+
+IMPLEMENTATIONS = pytest.mark.parametrize("build", [_numpy, _compiled], ids=["numpy", "compiled"])
 
 
 def _store(rng, rows, seq_len):
@@ -31,10 +53,11 @@ def _expected(per_row, ids, bounds, seq_len):
     return cus, longest
 
 
+@IMPLEMENTATIONS
 @settings(max_examples=80, deadline=None)
 @given(seed=st.integers(0, 2**32), store_rows=st.integers(1, 40), slab=st.integers(1, 60), seq_len=st.integers(2, 40),
        sizes=st.lists(st.integers(1, 12), min_size=1, max_size=8))
-def test_every_item_gets_its_own_boundaries(seed, store_rows, slab, seq_len, sizes):
+def test_every_item_gets_its_own_boundaries(build, seed, store_rows, slab, seq_len, sizes):
     rng = np.random.default_rng(seed)
     seg, seg_ptr, seg_max, per_row = _store(rng, store_rows, seq_len)
     ids = rng.integers(0, store_rows, slab)  # a slab's rows: anywhere in the store, repeats allowed
@@ -42,8 +65,7 @@ def test_every_item_gets_its_own_boundaries(seed, store_rows, slab, seq_len, siz
     bounds = [0]
     while bounds[-1] < slab:
         bounds.append(min(slab, bounds[-1] + sizes[(len(bounds) - 1) % len(sizes)]))
-    s0 = seg_ptr[ids]
-    cus, longest = item_boundaries(seg, s0, seg_ptr[ids + 1] - s0, seg_max[ids], np.array(bounds), seq_len)
+    cus, longest = build(seg, seg_ptr, seg_max, ids, bounds, seq_len)
     want_cus, want_longest = _expected(per_row, ids, bounds, seq_len)
     assert longest == want_longest
     assert len(cus) == len(want_cus)
@@ -51,13 +73,12 @@ def test_every_item_gets_its_own_boundaries(seed, store_rows, slab, seq_len, siz
         assert got.dtype == np.int32 and np.array_equal(got, want)
 
 
-def test_items_are_independent_arrays():
+@IMPLEMENTATIONS
+def test_items_are_independent_arrays(build):
     """A trainer that edits one item's cu_seqlens in place does not change another's."""
     rng = np.random.default_rng(0)
     seg, seg_ptr, seg_max, _ = _store(rng, 8, 16)
-    ids = np.arange(8)
-    s0 = seg_ptr[ids]
-    cus, _ = item_boundaries(seg, s0, seg_ptr[ids + 1] - s0, seg_max[ids], np.array([0, 4, 8]), 16)
+    cus, _ = build(seg, seg_ptr, seg_max, np.arange(8), [0, 4, 8], 16)
     before = cus[1].copy()
     cus[0][:] = -1
     assert np.array_equal(cus[1], before)

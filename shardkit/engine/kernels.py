@@ -1,0 +1,76 @@
+"""Compiled loops for the per-segment work of packed rows, when numba is installed (`pip install
+'shardkit[fast]'`); callers fall back to their NumPy formulation when `row_boundaries()` is None.
+
+A stored packed batch's `cu_seqlens` is a running sum of its rows' segment lengths, and its rows are random
+rows of the store. In NumPy that is about ten passes over the segments (an index built by a running sum,
+a gather, a second running sum), worth it only for runs of many batches at once; one compiled loop reads
+each row's segments once and writes each boundary once, so a slab's batches are built as the slab is read,
+with no scratch arrays. numba is optional because it pins the NumPy versions it supports: a library must
+not hold its users' NumPy back for a speed-up.
+
+The compiled function is cached on disk by numba (beside this module, or in its user-wide cache when that
+is not writable), so only the first process on a machine pays the compilation (about a second).
+`SHARDKIT_NO_NUMBA=1` turns the kernels off (the NumPy path, e.g. to compare the two).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+
+import numpy as np
+
+__all__ = ["row_boundaries"]
+
+RowBoundaries = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+                         tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+def _row_boundaries(seg: np.ndarray, seg_ptr: np.ndarray, seg_max: np.ndarray, ids: np.ndarray,
+                    bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x, ptr, longest) for the items of rows `ids` between consecutive `bounds` (0 to ids.size): item k's
+    cu_seqlens is x[ptr[k]:ptr[k + 1]] (0, then the running sum of its rows' segment lengths
+    seg[seg_ptr[i]:seg_ptr[i + 1]] for each row i), its max_seqlen longest[k] (the max of its rows' seg_max)."""
+    n = bounds.size - 1
+    total = n
+    for r in range(bounds[0], bounds[n]):
+        total += seg_ptr[ids[r] + 1] - seg_ptr[ids[r]]
+    x = np.empty(total, dtype=np.int32)
+    ptr = np.empty(n + 1, dtype=np.int64)
+    longest = np.empty(n, dtype=np.int64)
+    p = 0
+    for k in range(n):
+        ptr[k] = p
+        x[p] = 0
+        p += 1
+        acc = np.int32(0)  # an item's boundaries are int32, as the NumPy path's (and flash-attn's)
+        m = np.int32(0)
+        for r in range(bounds[k], bounds[k + 1]):
+            i = ids[r]
+            lo = seg_ptr[i]
+            c = seg_ptr[i + 1] - lo
+            # through slices, not offsets into the whole arrays: the loop then compiles to about half the time
+            src = seg[lo:lo + c]
+            dst = x[p:p + c]
+            for s in range(c):
+                acc += src[s]
+                dst[s] = acc
+            p += c
+            m = max(m, seg_max[i])
+        longest[k] = m
+    ptr[n] = p
+    return x, ptr, longest
+
+
+@functools.cache
+def row_boundaries() -> RowBoundaries | None:
+    """`_row_boundaries` compiled, or None without numba (or with `SHARDKIT_NO_NUMBA=1`). numba is imported
+    here, at the first packed batch that needs it, never by `import shardkit`."""
+    if os.environ.get("SHARDKIT_NO_NUMBA", "") not in ("", "0"):
+        return None
+    try:
+        import numba
+    except ImportError:
+        return None
+    return numba.njit(cache=True, nogil=True, boundscheck=False)(_row_boundaries)
