@@ -123,15 +123,17 @@ def test_named_packed_fields_are_exactly_those_of_the_full_batch(corpus, which, 
 @example(slab_rows=3, run_rows=1, run_segments=1, seed=1, world=1, micro=None, schedule=1, start=0, compiled=True)
 def test_stored_boundaries_in_runs_of_any_size(corpus, slab_rows, run_rows, run_segments, seed, world, micro,
                                                 schedule, start, compiled):
-    """Stored rows' cu_seqlens are built a slab at a time by the compiled loop, or without numba for runs of
-    items longer than a slab (`BOUNDARY_TOKENS`), cut short by `BOUNDARY_SEGMENTS` (down to the slab asking):
-    the same batches as from the dataset whatever the run and slab sizes, item sizes and resume point."""
+    """Stored rows' cu_seqlens are built for runs of items longer than a slab (`KERNEL_BOUNDARY_TOKENS` by the
+    compiled loop, `BOUNDARY_TOKENS` without numba), cut short by `BOUNDARY_SEGMENTS` (down to the slab
+    asking): the same batches as from the dataset whatever the run and slab sizes, item sizes and resume
+    point."""
     kw = dict(seed=seed, rank=world - 1, world_size=world, micro_batch_size=micro,
               batch_schedule=SCHEDULES[schedule], fields=["cu_seqlens"])
     gathered = _loader(corpus, **kw)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(packed_rows, "STORE_SLAB_BYTES", slab_rows * (SEQ + 1) * 2)
         mp.setattr(packed_rows, "BOUNDARY_TOKENS", run_rows * SEQ)
+        mp.setattr(packed_rows, "KERNEL_BOUNDARY_TOKENS", run_rows * SEQ)
         mp.setattr(packed_rows, "BOUNDARY_SEGMENTS", run_segments)
         _compiled_or_not(mp, compiled)
         stored = _loader(corpus, packing_store=True, **kw)
@@ -152,11 +154,12 @@ def _compiled_or_not(mp, compiled):
 
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
 def test_stored_boundaries_in_runs_in_a_mixture(tmp_path, corpus, monkeypatch, compiled):
-    """A mixture's items gather the segment lengths of both sources' stores into row order (a slab at a time
-    for the compiled loop; in runs, whose segment cap counts both sources' segments, without it)."""
+    """Runs of a mixture's items gather the segment lengths of both sources' stores into row order, and the
+    segment cap counts both sources' segments (with the compiled loop and without it)."""
     _compiled_or_not(monkeypatch, compiled)
     monkeypatch.setattr(packed_rows, "STORE_SLAB_BYTES", 5 * (SEQ + 1) * 2)
     monkeypatch.setattr(packed_rows, "BOUNDARY_TOKENS", 37 * SEQ)
+    monkeypatch.setattr(packed_rows, "KERNEL_BOUNDARY_TOKENS", 37 * SEQ)
     monkeypatch.setattr(packed_rows, "BOUNDARY_SEGMENTS", 90)  # runs cut short by the segment cap too
     recipe = _mixture_recipe(tmp_path, corpus, seed=5)
     g = MixtureLoader(recipe, packing_cache_dir=tmp_path / "c", fields=["cu_seqlens"])
