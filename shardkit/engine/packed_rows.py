@@ -229,7 +229,7 @@ class _Boundaries:
 
     def _build(self, reader: PackedReader, k0: int, k1: int) -> None:
         b = self.bounds
-        kernel = reader.kernel
+        kernel = row_boundaries()  # numba imported at the first run that needs it (None: without numba)
         run = BOUNDARY_TOKENS if kernel is None else KERNEL_BOUNDARY_TOKENS
         k = bisect.bisect_left(b, b[k0] + max(1, run // self.seq_len), k1, len(b) - 1)
         parts = reader._parts(self.rows, b[k0], b[k])
@@ -338,7 +338,6 @@ class PackedReader:
         self.dtype = np.dtype(dtype)
         self._slab: _Slab | _StoreSlab | None = None
         self._bounds: _Boundaries | None = None  # the current chunk's stored rows' cu_seqlens (NumPy runs)
-        self.kernel = row_boundaries()  # stored rows' cu_seqlens a slab at a time (None: without numba)
 
     @staticmethod
     def from_stores(rows: Rows) -> bool:

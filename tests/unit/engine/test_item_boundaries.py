@@ -82,3 +82,32 @@ def test_items_are_independent_arrays(build):
     before = cus[1].copy()
     cus[0][:] = -1
     assert np.array_equal(cus[1], before)
+
+
+def _in_fresh_process(code, **env):
+    import os
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, **env})
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_kernels_off_by_environment_or_without_numba():
+    """`SHARDKIT_NO_NUMBA=1`, or numba not installed, gives the NumPy path (no kernel), never an error; and
+    `import shardkit` (a Loader included) does not import numba: only the first stored batch that needs it."""
+    probe = "from shardkit.engine.kernels import row_boundaries; print(row_boundaries() is None)"
+    assert _in_fresh_process(probe) == "False"
+    assert _in_fresh_process(probe, SHARDKIT_NO_NUMBA="1") == "True"
+    assert _in_fresh_process("import sys; sys.modules['numba'] = None; " + probe) == "True"
+    assert _in_fresh_process("import sys, shardkit; from shardkit import Loader, MixtureLoader; "
+                             "print('numba' in sys.modules)") == "False"
+
+
+def test_a_windows_loader_does_not_import_numba(tmp_path):
+    _in_fresh_process(
+        "import sys, numpy as np; from shardkit import Loader; from shardkit.writer import write_dataset; "
+        f"write_dataset({str(tmp_path / 'd')!r}, [np.arange(1, 500, dtype=np.uint16)]); "
+        f"next(iter(Loader({str(tmp_path / 'd')!r}, seq_len=16, batch_schedule=2))); "
+        "assert 'numba' not in sys.modules")
