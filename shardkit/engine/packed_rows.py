@@ -38,8 +38,9 @@ STORE_SLAB_BYTES = 1 << 20  # whole stored rows with no per-token field (`Packed
 # attention segments (unless one slab holds more): about 12 bytes of scratch per segment
 BOUNDARY_TOKENS = 16 << 20
 BOUNDARY_SEGMENTS = 1 << 20
-# the same, when the compiled loop (`kernels.row_boundaries`) builds them: its fixed cost is a few µs, so runs
-# can be short enough for their boundaries to stay in the L2 cache until their items are handed out
+# the run's tokens when the compiled loop (`kernels.row_boundaries`) builds them: its fixed cost is a few µs,
+# so a shorter run costs nothing measurable (1–16 Mi tokens measured alike) and holds less (about 200 KB of
+# boundaries for paragraph-sized documents, until the run's last batch is released)
 KERNEL_BOUNDARY_TOKENS = 4 << 20
 
 
@@ -209,8 +210,9 @@ class _StoreSlab:
 
 class _Boundaries:
     """cu_seqlens and max_seqlen of a chunk's items read from row stores, built for a run of items at a time
-    (rows of about `BOUNDARY_TOKENS` tokens, at least the slab asking): `item_boundaries`' fixed cost, a few
-    dozen NumPy calls, is then paid per run, not per slab."""
+    (rows of about `KERNEL_BOUNDARY_TOKENS` tokens by the compiled loop, `BOUNDARY_TOKENS` by NumPy; at least
+    the slab asking): the fixed cost of a build (a kernel call; a few dozen NumPy calls) is paid per run,
+    not per slab."""
 
     def __init__(self, rows: Rows, bounds: list[int], seq_len: int) -> None:
         self.rows, self.bounds, self.seq_len = rows, bounds, seq_len
@@ -300,8 +302,8 @@ def _row_segments(parts: list[tuple[Any, PackedWindows, np.ndarray]], n: int
 def item_boundaries(seg: np.ndarray, s0: np.ndarray, counts: np.ndarray, seg_max: np.ndarray, bounds: np.ndarray,
                     seq_len: int) -> tuple[np.ndarray, list[int], list[int]]:
     """(x, cut, max_seqlen) of the items of a run of rows: item k's cu_seqlens is x[cut[k]:cut[k + 1]]. The
-    items are the rows between consecutive `bounds` (0 to every row); row r's segment lengths are `seg[s0[r]:s0[r] + counts[r]]` (at least one, summing to
-    seq_len) and its longest is `seg_max[r]`.
+    items are the rows between consecutive `bounds` (0 to every row); row r's segment lengths are
+    `seg[s0[r]:s0[r] + counts[r]]` (at least one, summing to seq_len) and its longest is `seg_max[r]`.
 
     An item's cu_seqlens is 0 and then the running sum of its rows' segment lengths, so the slab is laid out
     as, per item, one reset slot (minus the previous item's total) and its rows' lengths, and one running
@@ -337,7 +339,7 @@ class PackedReader:
         self.mapper = mapper
         self.dtype = np.dtype(dtype)
         self._slab: _Slab | _StoreSlab | None = None
-        self._bounds: _Boundaries | None = None  # the current chunk's stored rows' cu_seqlens (NumPy runs)
+        self._bounds: _Boundaries | None = None  # the current chunk's stored rows' cu_seqlens
 
     @staticmethod
     def from_stores(rows: Rows) -> bool:
@@ -477,18 +479,19 @@ class PackedReader:
             self.slab(rows, a0, b[-1], seq_len + 1)
             slab = self._slab
         packed = fields.for_packed_rows
-        if packed.cu_seqlens and isinstance(slab, _StoreSlab) and not (packed.loss_mask or packed.position_ids):
+        boundaries_only = packed.cu_seqlens and not (packed.loss_mask or packed.position_ids)
+        if boundaries_only and isinstance(slab, _StoreSlab):
             # varlen attention alone, from row stores: the common fast case, every item made in one pass
             x, cut, longest = self._stored_boundaries(rows, bounds, k0, k1, seq_len)
             if fields.tokens_only:
                 return [{"tokens": tokens[a - a0:z - a0], "cu_seqlens": x[c:d], "max_seqlen": m}
                         for a, z, c, d, m in zip(b, b[1:], cut, cut[1:], longest)]
             inputs, labels = tokens[:, :-1], tokens[:, 1:]
-            return [{"input_ids": inputs[a - a0:z - a0], "labels": labels[a - a0:z - a0], "cu_seqlens": x[c:d],
-                     "max_seqlen": m} for a, z, c, d, m in zip(b, b[1:], cut, cut[1:], longest)]
+            return [{"input_ids": inputs[a - a0:z - a0], "labels": labels[a - a0:z - a0],
+                     "cu_seqlens": x[c:d], "max_seqlen": m} for a, z, c, d, m in zip(b, b[1:], cut, cut[1:], longest)]
         spans = [(a - a0, z - a0) for a, z in zip(b[:-1], b[1:])]
         cus: list[np.ndarray] = []
-        longest = []
+        longest: list[int] = []
         if packed.cu_seqlens and isinstance(slab, _StoreSlab):
             x, cut, longest = self._stored_boundaries(rows, bounds, k0, k1, seq_len)
             cus = [x[c:d] for c, d in zip(cut[:-1], cut[1:])]

@@ -82,7 +82,7 @@ def test_store_batches_equal_with_micro_batches_and_balance(corpus):
 # field sets a trainer names (BatchFields.for_packed_rows): boundaries only, positions only, and with the mask
 FIELD_SETS = [["cu_seqlens"], ["position_ids"], ["cu_seqlens", "loss_mask"],
               {"cu_seqlens": True, "position_ids": True, "loss_mask": True, "mask_doc_boundary": True},
-              {"cu_seqlens": True, "loss_mask": True, "tokens_only": True}]
+              {"cu_seqlens": True, "loss_mask": True, "tokens_only": True}, {"cu_seqlens": True, "tokens_only": True}]
 SCHEDULES = [8, Piecewise(pieces=((5, 4), (7, 12)), final=8)]  # items of several sizes inside one slab
 
 
@@ -90,6 +90,7 @@ SCHEDULES = [8, Piecewise(pieces=((5, 4), (7, 12)), final=8)]  # items of severa
 @given(which=st.integers(0, len(FIELD_SETS) - 1), seed=st.integers(0, 2**32), world=st.sampled_from([1, 2]),
        micro=st.sampled_from([None, 2]), schedule=st.sampled_from([0, 1]), start=st.integers(0, 12))
 @example(which=0, seed=1, world=1, micro=None, schedule=1, start=0)  # item sizes 4 → 12 → 8 inside one slab
+@example(which=5, seed=1, world=2, micro=2, schedule=1, start=3)  # boundaries only, as the adapters' tokens
 def test_named_packed_fields_are_exactly_those_of_the_full_batch(corpus, which, seed, world, micro, schedule,
                                                                    start):
     """Packed rows carry only the fields named when a boundary field is named: the same arrays as in a batch
