@@ -285,6 +285,7 @@ class Engine:
         next_slab_of = prepared.slab if prepared is not None else (lambda a, z: self.gather.slab(rows, a, z, width))
         if packed:
             next_slab_of = lambda a, z: self.packed.slab(rows, a, z, width)  # noqa: E731
+        stored = packed and check is None and self.packed.stored_fast(rows, fields)
         slab: np.ndarray | None = None
         slab_items: list[dict[str, Any]] = []
         slab_base = slab_end = slab_item = 0
@@ -299,19 +300,25 @@ class Engine:
                 hinted_upto = stop
             if z > slab_end:  # item i starts the next slab
                 slab_base, slab_end = slab_bounds[next_slab], slab_bounds[next_slab + 1]
-                if check is not None:
-                    if check.before_slab(slab_base, slab_end):  # rows reading a damaged block were replaced
-                        next_slab_of = self._reader(rows, packed, width)
-                    slab, replaced = self._slab_around_damage(check, rows, slab_base, slab_end, next_slab_of,
-                                                              packed, width)
-                    if replaced:
-                        next_slab_of = self._reader(rows, packed, width)
+                slab_item = slab_first_item[next_slab]
+                # rows and their boundaries straight from a row store (None: read as any slab, below)
+                read = self.packed.stored_items(rows, bl, slab_item, slab_item_ends[next_slab], p.seq_len,
+                                                fields) if stored else None
+                if read is not None:
+                    slab, slab_items = read
                 else:
-                    slab = next_slab_of(slab_base, slab_end)
-                if packed:  # every item of the slab at once (views of the slab's arrays)
-                    slab_item = slab_first_item[next_slab]
-                    slab_items = self.packed.items(rows, bl, slab_item, slab_item_ends[next_slab], slab, p.seq_len,
-                                                   fields)
+                    if check is not None:
+                        if check.before_slab(slab_base, slab_end):  # rows reading a damaged block were replaced
+                            next_slab_of = self._reader(rows, packed, width)
+                        slab, replaced = self._slab_around_damage(check, rows, slab_base, slab_end, next_slab_of,
+                                                                  packed, width)
+                        if replaced:
+                            next_slab_of = self._reader(rows, packed, width)
+                    else:
+                        slab = next_slab_of(slab_base, slab_end)
+                    if packed:  # every item of the slab at once (views of the slab's arrays)
+                        slab_items = self.packed.items(rows, bl, slab_item, slab_item_ends[next_slab], slab,
+                                                       p.seq_len, fields)
                 next_slab += 1
             while enter_item <= i:
                 _, key, e, g = enter_at[next_enter]

@@ -203,9 +203,14 @@ def _store(corpus, cache, strategy="best_fit"):
     return store_dir(cache, open_dataset(path).fingerprint, PackSpec(strategy=strategy, seq_len=SEQ))
 
 
-def test_bit_flip_in_the_rows_is_found_and_the_store_rebuilt(corpus, tmp_path):
+# every field, and boundaries only (whose slabs take the store's fast path, `PackedReader.stored_items`)
+READ_FIELDS = pytest.mark.parametrize("fields", [None, ["cu_seqlens"]], ids=["every-field", "cu_seqlens"])
+
+
+@READ_FIELDS
+def test_bit_flip_in_the_rows_is_found_and_the_store_rebuilt(corpus, tmp_path, fields):
     cache = tmp_path / "cache"
-    want = _batches(_loader(corpus, cache), 60)
+    want = _batches(_loader(corpus, cache, fields=fields), 60)
     _batches(_loader(corpus, cache, packing_store=True), 1)  # builds it
     tokens = _store(corpus, cache) / "tokens.bin"
     with open(tokens, "r+b") as f:
@@ -214,13 +219,13 @@ def test_bit_flip_in_the_rows_is_found_and_the_store_rebuilt(corpus, tmp_path):
         f.seek(-1, os.SEEK_CUR)
         f.write(bytes([byte[0] ^ 0x10]))
     with pytest.warns(RuntimeWarning, match="damaged"):
-        got = _batches(_loader(corpus, cache, packing_store=True), 60)
+        got = _batches(_loader(corpus, cache, packing_store=True, fields=fields), 60)
     for a, b in zip(want, got):
         assert_same_batch(a, b)
     assert not _store(corpus, cache).exists()  # moved aside: the next open builds it again
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        for a, b in zip(want, _batches(_loader(corpus, cache, packing_store=True), 60)):
+        for a, b in zip(want, _batches(_loader(corpus, cache, packing_store=True, fields=fields), 60)):
             assert_same_batch(a, b)
     assert _store(corpus, cache).exists()
 
@@ -278,10 +283,11 @@ def test_a_stored_stream_hints_no_dataset_pages(corpus, tmp_path):
     assert gathered.token_ranges(first, stop) and stored.token_ranges(first, stop) == []
 
 
-def test_store_truncated_under_a_running_loader_is_not_read(corpus, tmp_path):
+@READ_FIELDS
+def test_store_truncated_under_a_running_loader_is_not_read(corpus, tmp_path, fields):
     cache = tmp_path / "cache"
-    want = _batches(_loader(corpus, cache), 60)
-    it = iter(_loader(corpus, cache, packing_store=True))
+    want = _batches(_loader(corpus, cache, fields=fields), 60)
+    it = iter(_loader(corpus, cache, packing_store=True, fields=fields))
     got = [next(it) for _ in range(2)]
     tokens = _store(corpus, cache) / "tokens.bin"
     os.truncate(tokens, os.path.getsize(tokens) // 2)
