@@ -57,14 +57,13 @@ def _run_variant(corpus: str, seq_len: int, variant: str, batches: int) -> float
             return x, [0] + [2] * (k1 - k0), [1] * (k1 - k0)
         packed_rows.PackedReader._stored_boundaries = no_boundaries
     if variant == "store, engine only":
-        real_from, rows = packed_rows.PackedReader._from_stores, {}
+        real_rows, rows = packed_rows.PackedReader._store_rows, {}
 
-        def cached_rows(self, chunk_rows, a: int, z: int, width: int, parts):
-            if z - a not in rows:
-                rows[z - a] = real_from(self, chunk_rows, a, z, width, parts)
-            self._slab = packed_rows._StoreSlab(chunk_rows, a, z, parts)
-            return rows[z - a]
-        packed_rows.PackedReader._from_stores = cached_rows
+        def cached_rows(self, store, ids):
+            if ids.size not in rows:
+                rows[ids.size] = real_rows(self, store, ids)
+            return rows[ids.size]
+        packed_rows.PackedReader._store_rows = cached_rows
     kw = {} if variant.startswith("windows") else dict(packing="best_fit", packing_cache_dir=DATA / "tables",
                                                        packing_store=True, fields=["cu_seqlens"])
     it = iter(Loader(built(corpus), seq_len=seq_len, batch_schedule=8, seed=1, **kw))
