@@ -30,7 +30,7 @@ ROOT = HERE.parent
 VARIANTS = ("windows", "windows, no copy", "store", "store, no cu_seqlens", "store, engine only")
 
 
-def _run_variant(corpus: str, seq_len: int, variant: str, batches: int) -> float:
+def _run_variant(corpus: str, seq_len: int, variant: str, batches: int, slab_kib: int | None) -> float:
     """Best µs per batch of three stretches of `batches` batches, in this process."""
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(HERE))
@@ -41,6 +41,8 @@ def _run_variant(corpus: str, seq_len: int, variant: str, batches: int) -> float
     from shardkit.engine import gather, packed_rows
     from shardkit.loader import Loader
 
+    if slab_kib:
+        packed_rows.STORE_SLAB_BYTES = slab_kib << 10
     if variant == "windows, no copy":
         real_slab, slabs = gather._Chunk.slab, {}
 
@@ -86,24 +88,28 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=40000)
     ap.add_argument("--no-numba", action="store_true",
                     help="stored cu_seqlens by NumPy runs, not the compiled loop (SHARDKIT_NO_NUMBA=1)")
+    ap.add_argument("--store-slab-kib", type=int, default=None,
+                    help="store slabs of this many KiB (packed_rows.STORE_SLAB_BYTES), to tune it")
     ap.add_argument("--core", type=int, default=os.cpu_count() - 1 if os.cpu_count() else 0)
     ap.add_argument("--variant", help=argparse.SUPPRESS)
     ap.add_argument("--seq-len", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.variant:
-        print(_run_variant(args.corpus, args.seq_len, args.variant, args.batches))
+        print(_run_variant(args.corpus, args.seq_len, args.variant, args.batches, args.store_slab_kib))
         return
     sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
     print(f"bench_packed_parts  {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  commit {sha.strip()}  "
           f"{args.corpus}, batch 8, core {args.core}, best of {args.rounds} (µs per batch), stored cu_seqlens "
-          f"{'by NumPy runs' if args.no_numba else 'compiled'}")
+          f"{'by NumPy runs' if args.no_numba else 'compiled'}, store slabs "
+          f"{args.store_slab_kib or 1024} KiB")
     env = dict(os.environ, SHARDKIT_NO_NUMBA="1") if args.no_numba else None
     for seq_len in (int(x) for x in args.seq_lens.split(",")):
         times: dict[str, list[float]] = {v: [] for v in VARIANTS}
         for _ in range(args.rounds):
             for v in VARIANTS:
                 out = subprocess.run([sys.executable, __file__, "--variant", v, "--seq-len", str(seq_len),
-                                      "--corpus", args.corpus, "--batches", str(args.batches)],
+                                      "--corpus", args.corpus, "--batches", str(args.batches)] +
+                                     (["--store-slab-kib", str(args.store_slab_kib)] if args.store_slab_kib else []),
                                      capture_output=True, text=True, check=True, env=env,
                                      preexec_fn=lambda: os.sched_setaffinity(0, {args.core}))
                 times[v].append(float(out.stdout.split()[-1]))
