@@ -12,6 +12,7 @@ numba caches the compiled loop on disk (beside this module, or in its user-wide 
 writable): a process pays about 0.4 s at its first stored batch, 0.7 s on a machine's first run.
 `SHARDKIT_NO_NUMBA=1` turns the kernels off (the NumPy path, e.g. to compare the two).
 """
+
 from __future__ import annotations
 
 import functools
