@@ -72,6 +72,13 @@ class BatchFields:
         return replace(self, position_ids=True, cu_seqlens=True, loss_mask=True)
 
     @property
+    def packed_boundaries_only(self) -> bool:
+        """Whether packed rows carry no per-token field, only their boundaries (cu_seqlens, max_seqlen): the
+        items a row store hands out without gathering or widening anything but the tokens."""
+        f = self.for_packed_rows
+        return not (f.loss_mask or f.position_ids)  # then cu_seqlens is named (for_packed_rows)
+
+    @property
     def needs_docs(self) -> bool:
         return self.position_ids or self.cu_seqlens or self.mask_doc_boundary
 

@@ -27,15 +27,15 @@ RowBoundaries = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.nda
                          tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
-def _row_boundaries(seg: np.ndarray, seg_ptr: np.ndarray, seg_max: np.ndarray, ids: np.ndarray,
+def _row_boundaries(seg: np.ndarray, s0: np.ndarray, counts: np.ndarray, seg_max: np.ndarray,
                     bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(x, ptr, longest) for the items of rows `ids` between consecutive `bounds`: item k's cu_seqlens is
-    x[ptr[k]:ptr[k + 1]] (0, then the running sum of its rows' segment lengths seg[seg_ptr[i]:seg_ptr[i + 1]]
-    for each row i), its max_seqlen longest[k] (the max of its rows' seg_max)."""
+    """(x, ptr, longest) for the items of rows between consecutive `bounds`, with `item_boundaries`' inputs
+    (row r's segment lengths seg[s0[r]:s0[r] + counts[r]], its longest seg_max[r]): item k's cu_seqlens is
+    x[ptr[k]:ptr[k + 1]] (0, then the running sum of its rows' segment lengths), its max_seqlen longest[k]."""
     n = bounds.size - 1
     total = n
     for r in range(bounds[0], bounds[n]):
-        total += seg_ptr[ids[r] + 1] - seg_ptr[ids[r]]
+        total += counts[r]
     x = np.empty(total, dtype=np.int32)
     ptr = np.empty(n + 1, dtype=np.int64)
     longest = np.empty(n, dtype=np.int64)
@@ -47,9 +47,8 @@ def _row_boundaries(seg: np.ndarray, seg_ptr: np.ndarray, seg_max: np.ndarray, i
         acc = np.int32(0)  # an item's boundaries are int32, as the NumPy path's (and flash-attn's)
         m = np.int32(0)
         for r in range(bounds[k], bounds[k + 1]):
-            i = ids[r]
-            lo = seg_ptr[i]
-            c = seg_ptr[i + 1] - lo
+            lo = s0[r]
+            c = counts[r]
             # through slices, not offsets into the whole arrays: the loop then compiles to about half the time
             src = seg[lo:lo + c]
             dst = x[p:p + c]
@@ -57,7 +56,7 @@ def _row_boundaries(seg: np.ndarray, seg_ptr: np.ndarray, seg_max: np.ndarray, i
                 acc += src[s]
                 dst[s] = acc
             p += c
-            m = max(m, seg_max[i])
+            m = max(m, seg_max[r])
         longest[k] = m
     ptr[n] = p
     return x, ptr, longest

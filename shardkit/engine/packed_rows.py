@@ -245,25 +245,15 @@ class _Boundaries:
                 rows = int(np.searchsorted(np.cumsum(counts), BOUNDARY_SEGMENTS, side="right"))
                 k = max(k1, bisect.bisect_right(b, b[k0] + rows, k0, k) - 1)
                 parts = reader._parts(self.rows, b[k0], b[k])
-        n = b[k] - b[k0]
         rel = np.asarray(b[k0:k + 1], dtype=np.int64)
         rel -= b[k0]
+        seg, s0, counts, seg_max = _row_segments(parts, b[k] - b[k0])
         self.first = k0
         if kernel is None:
-            seg, s0, counts, seg_max = _row_segments(parts, n)
             self.x, self.cut, self.longest = item_boundaries(seg, s0, counts, seg_max, rel, self.seq_len)
-            return
-        if len(parts) == 1 and isinstance(parts[0][0], slice):
-            (_, pw, ids), = parts
-            st = pw.store
-            assert st is not None
-            x, ptr, longest = kernel(st.seg, st.seg_ptr, st.seg_max, ids, rel)
-        else:  # a mixture's rows: their segments gathered into row order first
-            seg, s0, counts, seg_max = _row_segments(parts, n)
-            seg_ptr = np.zeros(n + 1, dtype=np.int64)
-            np.cumsum(counts, out=seg_ptr[1:])
-            x, ptr, longest = kernel(seg, seg_ptr, seg_max, np.arange(n, dtype=np.int64), rel)
-        self.x, self.cut, self.longest = x, ptr.tolist(), longest.tolist()
+        else:
+            x, ptr, longest = kernel(seg, s0, counts, seg_max, rel)
+            self.x, self.cut, self.longest = x, ptr.tolist(), longest.tolist()
 
 
 def _segment_counts(parts: list[tuple[Any, PackedWindows, np.ndarray]], n: int) -> np.ndarray:
@@ -364,9 +354,7 @@ class PackedReader:
         """Whether a chunk's slabs can be read by `stored_items`: one source, read from its row store, and
         items whose only packed fields are the boundaries (`fields=["cu_seqlens"]`, what varlen attention
         takes)."""
-        f = fields.for_packed_rows
-        return len(rows.streams) == 1 and f.cu_seqlens and not (f.loss_mask or f.position_ids) and \
-            self.from_stores(rows)
+        return len(rows.streams) == 1 and fields.packed_boundaries_only and self.from_stores(rows)
 
     def stored_items(self, rows: Rows, bounds: list[int], k0: int, k1: int, seq_len: int, fields: BatchFields
                      ) -> tuple[np.ndarray, list[dict[str, Any]]] | None:
@@ -392,9 +380,7 @@ class PackedReader:
         """How many bytes of rows one slab holds: more from row stores when the items carry no per-token
         field (only cu_seqlens), where a slab's cost is its fixed work (the slab's items), not the copy;
         1 MiB measured fastest (bench_packing), larger slabs stop fitting the caches the copy writes to."""
-        f = fields.for_packed_rows
-        light = not (f.loss_mask or f.position_ids)
-        return STORE_SLAB_BYTES if light and self.from_stores(rows) else SLAB_BYTES
+        return STORE_SLAB_BYTES if fields.packed_boundaries_only and self.from_stores(rows) else SLAB_BYTES
 
     def _parts(self, rows: Rows, a: int, z: int) -> list[tuple[Any, PackedWindows, np.ndarray]]:
         if len(rows.streams) == 1:
@@ -525,8 +511,7 @@ class PackedReader:
             self.slab(rows, a0, b[-1], seq_len + 1)
             slab = self._slab
         packed = fields.for_packed_rows
-        boundaries_only = packed.cu_seqlens and not (packed.loss_mask or packed.position_ids)
-        if boundaries_only and isinstance(slab, _StoreSlab):
+        if fields.packed_boundaries_only and isinstance(slab, _StoreSlab):
             # varlen attention alone, from row stores: the common fast case, every item made in one pass
             x, cut, longest = self._stored_boundaries(rows, bounds, k0, k1, seq_len)
             return _boundary_items(tokens, b, x, cut, longest, fields.tokens_only)

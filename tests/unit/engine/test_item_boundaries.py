@@ -3,6 +3,10 @@ built for many items at once — by NumPy (`item_boundaries`, one running sum ov
 loop (`kernels.row_boundaries`) — equal to the boundaries computed item by item, for rows anywhere in the store
 (in any order, repeated), items of any sizes, and rows of one segment or many."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -22,7 +26,8 @@ def _compiled(seg, seg_ptr, seg_max, ids, bounds, seq_len):
     kernel = kernels.row_boundaries()
     if kernel is None:
         pytest.fail("numba is a test dependency: the compiled kernel must be tested")
-    x, ptr, longest = kernel(seg, seg_ptr, seg_max, ids, np.array(bounds, dtype=np.int64))
+    s0 = seg_ptr[ids]
+    x, ptr, longest = kernel(seg, s0, seg_ptr[ids + 1] - s0, seg_max[ids], np.array(bounds, dtype=np.int64))
     assert x.size == ptr[-1]  # nothing left uninitialised past the last item
     cut = ptr.tolist()
     return [x[a:z] for a, z in zip(cut[:-1], cut[1:])], longest.tolist()
@@ -85,9 +90,6 @@ def test_items_are_independent_arrays(build):
 
 
 def _in_fresh_process(code, **env):
-    import os
-    import subprocess
-    import sys
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**os.environ, **env})
     assert out.returncode == 0, out.stderr
