@@ -27,6 +27,7 @@ from ..errors import ConfigError, IntegrityError
 from ..format.atomic import publish_dir, synced_file
 from ..format.checksums import file_hexdigest
 from ..format.dataset import Dataset
+from ..format.fdless_map import map_npy
 from .packing import PackSpec, PackTable, build_table
 
 __all__ = ["TABLE_VERSION", "cached_table", "default_cache_dir", "document_spans", "load_table", "save_table",
@@ -120,7 +121,10 @@ def load_table(directory: str | os.PathLike[str], fingerprint: str, spec: PackSp
         if actual != rec.get("sha256"):
             raise IntegrityError(str(path), "packing table array does not match its checksum",
                                  expected=str(rec.get("sha256")), actual=actual)
-        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        try:  # mapped without holding a descriptor: a loader keeps a table per source and seq_len
+            arr = map_npy(path)
+        except (OSError, ValueError) as e:
+            raise IntegrityError(str(path), f"packing table array unreadable: {e}") from None
         if arr.dtype.str != _DTYPES[name] or arr.ndim != 1 or arr.size != rec.get("size"):
             raise IntegrityError(str(path), f"packing table array has dtype {arr.dtype.str} shape {arr.shape}, "
                                  f"expected {_DTYPES[name]} of {rec.get('size')}")

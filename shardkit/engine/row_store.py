@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import mmap
 import os
 import shutil
 import time
@@ -43,6 +42,7 @@ from ..errors import ConfigError, IntegrityError
 from ..format.atomic import publish_dir, synced_file
 from ..format.checksums import file_hexdigest
 from ..format.dataset import Dataset
+from ..format.fdless_map import FileId, map_readonly
 from .fields import BatchFields
 from .gather import CHECK_VALID_NS
 from .pack_table import TABLE_VERSION, default_cache_dir, table_dir
@@ -150,7 +150,8 @@ def build_store(directory: Path, dataset: Dataset, table: PackTable, spec: PackS
 
 
 class RowStore:
-    """An opened store: its files mapped read-only, each block of rows hashed on its first read here."""
+    """An opened store: its files mapped read-only (holding no descriptor: a loader keeps a store per source
+    and seq_len), each block of rows hashed on its first read here."""
 
     def __init__(self, directory: Path, meta: dict, seq_len: int, dtype: np.dtype) -> None:
         self.directory = directory
@@ -158,7 +159,7 @@ class RowStore:
         self.seq_len, self.width = seq_len, seq_len + 1
         self.rows = int(meta["rows"])
         self.block_rows = int(meta["block_rows"])
-        self._maps: dict[str, tuple[mmap.mmap | None, int]] = {}
+        self._files: dict[str, FileId] = {}
         self.tokens = self._map("tokens", np.dtype(dtype)).reshape(self.rows, self.width)
         self.pos = self._map("pos", np.dtype(meta["pos_dtype"])).reshape(self.rows, seq_len)
         self.mask = self._map("mask", np.dtype(np.uint8)).reshape(self.rows, seq_len)
@@ -171,27 +172,21 @@ class RowStore:
         self.all_verified = self.sums.shape[0] == 0
 
     def _map(self, name: str, dtype: np.dtype) -> np.ndarray:
-        fd = os.open(self.directory / f"{name}.bin", os.O_RDONLY)
-        try:  # the mapping keeps its own descriptor: `mm.size()` is an fstat of the file
-            size = os.fstat(fd).st_size
-            mm = mmap.mmap(fd, size, prot=mmap.PROT_READ) if size else None
-        finally:
-            os.close(fd)
-        self._maps[name] = (mm, size)
-        return np.frombuffer(mm, dtype=dtype) if mm is not None else np.zeros(0, dtype=dtype)
+        raw, self._files[name] = map_readonly(self.directory / f"{name}.bin")
+        return raw.view(dtype)  # sizes were checked by open_store
 
     def check(self, ids: np.ndarray) -> None:
         """Hash the blocks under rows `ids` not hashed yet in this process (`IntegrityError` on a mismatch),
-        after one fstat per row file (a store truncated under the mapping raises here instead of SIGBUS; as
+        after one stat per row file (a store truncated under the mapping raises here instead of SIGBUS; as
         the dataset's shards, at most once per `CHECK_VALID_NS`)."""
         t = time.monotonic_ns()
         if t - self._sized_at > CHECK_VALID_NS:
             for name in _ROW_FILES:
-                mm, size = self._maps[name]
-                now = mm.size() if mm is not None else 0
-                if now != size:
-                    raise IntegrityError(str(self.directory / f"{name}.bin"), f"row store file changed size "
-                                         f"under the reader (now {now:,} bytes, was {size:,})")
+                path = self.directory / f"{name}.bin"
+                now = self._files[name].changed_size(path)
+                if now is not None:
+                    raise IntegrityError(str(path), f"row store file changed size under the reader (now "
+                                         f"{now:,} bytes, was {self._files[name].size:,})")
             self._sized_at = t
         if self.all_verified:
             return

@@ -156,3 +156,54 @@ def test_stream_cli_full_shuffle_over_thousands_of_shards_under_a_small_limit(co
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout)["batches"] == 200
+
+
+PACKED_CHILD = textwrap.dedent("""
+    import json, os, resource, sys
+    import xxhash
+    resource.setrlimit(resource.RLIMIT_NOFILE, (__LIMIT__, __LIMIT__))
+    from shardkit.loader import MixtureLoader
+    recipe, cache, store = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3] == "store"
+    base_fds = len(os.listdir("/proc/self/fd"))
+    loader = MixtureLoader(recipe, packing_cache_dir=cache, packing_store=store)
+    h = xxhash.xxh3_128()
+    peak, batches, seq_lens = 0, 0, set()
+    for batch in loader:
+        h.update(batch["input_ids"].tobytes()); h.update(batch["cu_seqlens"].tobytes())
+        peak = max(peak, len(os.listdir("/proc/self/fd")))
+        batches += 1
+        seq_lens.add(batch["input_ids"].shape[1])
+    print(json.dumps({"digest": h.hexdigest(), "peak_fds": peak, "base_fds": base_fds, "batches": batches,
+                      "seq_lens": sorted(seq_lens), "budget": loader.engine.mapper.budget}))
+""").replace("__LIMIT__", "128")
+
+
+@pytest.mark.parametrize("store", [False, True], ids=["tables", "row-stores"])
+def test_a_packed_mixture_of_many_sources_streams_under_a_small_descriptor_limit(tmp_path, store):
+    """A packed loader keeps a packing table (and a row store) mapped per source and seq_len: 40 sources
+    over two phases' seq_lens are 80 tables and 80 stores, 880 files. Under RLIMIT_NOFILE = 128 the mixture
+    streams both phases (tables and stores built by the child, then opened), holding descriptors only
+    within the shards' mapping budget, and gives the batches of the same loader without the limit."""
+    rng = np.random.default_rng(8)
+    names = [f"s{i:02d}" for i in range(40)]
+    for name in names:
+        write_dataset(tmp_path / name, [rng.integers(1, 60000, size=int(n), dtype=np.uint16)
+                                        for n in rng.integers(1, 50, 60)], max_tokens_per_shard=400)
+    mix = {n: 1 / len(names) for n in names}
+    recipe = {"seed": 2, "packing": "best_fit", "sources": {n: {"path": str(tmp_path / n)} for n in names},
+              "phases": [{"name": "short", "tokens": 20_000, "seq_len": 16, "batch": 8, "mix": mix},
+                         {"name": "long", "tokens": 20_000, "seq_len": 32, "batch": 8, "mix": mix}]}
+    cache = tmp_path / "cache"
+    runs = []
+    for _ in range(2):  # the first run builds every table and store, the second opens them
+        out = subprocess.run([sys.executable, "-c", PACKED_CHILD, json.dumps(recipe), str(cache),
+                              "store" if store else "gather"], capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        runs.append(json.loads(out.stdout))
+    h = xxhash.xxh3_128()
+    for batch in MixtureLoader(recipe, packing_cache_dir=cache, packing_store=store):
+        h.update(batch["input_ids"].tobytes())
+        h.update(batch["cu_seqlens"].tobytes())
+    for got in runs:
+        assert got["seq_lens"] == [16, 32] and got["digest"] == h.hexdigest(), got
+        assert got["peak_fds"] <= got["base_fds"] + got["budget"] + 2, got
