@@ -70,7 +70,8 @@ def map_readonly(path: str | os.PathLike[str]) -> tuple[np.ndarray, FileId]:
     finally:
         os.close(fd)
     buf = (ctypes.c_ubyte * size).from_address(addr)
-    weakref.finalize(buf, _libc.munmap, addr, size)  # every array made below keeps `buf` alive
+    unmap = weakref.finalize(buf, _libc.munmap, addr, size)  # every array made below keeps `buf` alive
+    unmap.atexit = False  # never at interpreter exit, where a daemon thread may still read the pages
     arr = np.frombuffer(buf, dtype=np.uint8)
     arr.flags.writeable = False  # the pages are PROT_READ: a write would be a segfault, not an error
     return arr, ident
