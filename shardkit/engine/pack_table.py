@@ -17,14 +17,13 @@ import fcntl
 import hashlib
 import json
 import os
-import shutil
 import warnings
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import ConfigError, IntegrityError
-from ..format.atomic import publish_dir, synced_file
+from ..format.atomic import building_dir, remove_dir, synced_file
 from ..format.checksums import file_hexdigest
 from ..format.dataset import Dataset
 from ..format.fdless_map import map_npy
@@ -34,6 +33,9 @@ __all__ = ["TABLE_VERSION", "cached_table", "default_cache_dir", "document_spans
            "table_dir"]
 
 TABLE_VERSION = 1
+# what to do when a table or store cannot be written (`WriteError` puts "free space on that file system, then"
+# before it on a full disk)
+SPACE_HINT = "run again, or pass a packing_cache_dir with room for it (--packing-cache-dir, $SHARDKIT_PACK_CACHE_DIR)"
 _ARRAYS = ("row_ptr", "start", "length", "first")
 _DTYPES = {"row_ptr": "<i8", "start": "<i8", "length": "<i8", "first": "|b1"}
 
@@ -73,20 +75,17 @@ def document_spans(dataset: Dataset) -> tuple[np.ndarray, np.ndarray]:
 
 def save_table(directory: Path, table: PackTable, fingerprint: str, spec: PackSpec) -> None:
     """Write `table` to `directory` (which must not exist) through a temporary sibling and one rename."""
-    tmp = directory.with_name(f"{directory.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    sums = {}
-    for name in _ARRAYS:
-        path = tmp / f"{name}.npy"
-        arr = np.ascontiguousarray(getattr(table, name), dtype=_DTYPES[name])
-        with synced_file(path) as f:
-            np.save(f, arr, allow_pickle=False)
-        sums[name] = {"sha256": _sha256(path), "size": int(arr.size)}
-    meta = {**_meta_key(fingerprint, spec), "rows": table.num_rows, "arrays": sums, "stats": table.stats()}
-    with synced_file(tmp / "meta.json", "w") as f:
-        json.dump(meta, f, indent=1, sort_keys=True)
-    publish_dir(tmp, directory)
+    with building_dir(directory, SPACE_HINT) as tmp:
+        sums = {}
+        for name in _ARRAYS:
+            path = tmp / f"{name}.npy"
+            arr = np.ascontiguousarray(getattr(table, name), dtype=_DTYPES[name])
+            with synced_file(path) as f:
+                np.save(f, arr, allow_pickle=False)
+            sums[name] = {"sha256": _sha256(path), "size": int(arr.size)}
+        meta = {**_meta_key(fingerprint, spec), "rows": table.num_rows, "arrays": sums, "stats": table.stats()}
+        with synced_file(tmp / "meta.json", "w") as f:
+            json.dump(meta, f, indent=1, sort_keys=True)
 
 
 def _sha256(path: Path) -> str:
@@ -157,7 +156,7 @@ def cached_table(dataset: Dataset, spec: PackSpec, cache_dir: str | os.PathLike[
             except (ConfigError, IntegrityError) as e:
                 warnings.warn(f"packing table {directory} not used, building it again: {e}", RuntimeWarning,
                               stacklevel=2)
-                shutil.rmtree(directory)
+                remove_dir(directory)
         table = build_table(*document_spans(dataset), spec)
         save_table(directory, table, dataset.fingerprint, spec)
         return load_table(directory, dataset.fingerprint, spec)

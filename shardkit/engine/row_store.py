@@ -30,7 +30,6 @@ import contextlib
 import fcntl
 import json
 import os
-import shutil
 import time
 import warnings
 from pathlib import Path
@@ -39,13 +38,13 @@ import numpy as np
 import xxhash
 
 from ..errors import ConfigError, IntegrityError
-from ..format.atomic import publish_dir, synced_file
+from ..format.atomic import building_dir, remove_dir, synced_file
 from ..format.checksums import file_hexdigest
 from ..format.dataset import Dataset
 from ..format.fdless_map import FileId, map_readonly
 from .fields import BatchFields
 from .gather import CHECK_VALID_NS
-from .pack_table import TABLE_VERSION, default_cache_dir, table_dir
+from .pack_table import SPACE_HINT, TABLE_VERSION, default_cache_dir, table_dir
 from .packed_fields import packed_fields
 from .packing import PackSpec, PackTable, concat_ranges
 
@@ -94,14 +93,20 @@ def _read_tokens(dataset: Dataset, starts: np.ndarray, lengths: np.ndarray, slot
 
 def build_store(directory: Path, dataset: Dataset, table: PackTable, spec: PackSpec) -> None:
     """Write the rows of `table` to `directory` (which must not exist) through a temporary sibling and one
-    rename, a block of rows at a time (memory: one block, whatever the dataset's size)."""
+    rename, a block of rows at a time (memory: one block, whatever the dataset's size). A failed write
+    (`WriteError`, e.g. a full disk: it says how much room the store needs) leaves nothing behind."""
+    n, width = table.num_rows, table.width
+    need = n * width * np.dtype(dataset.dtype).itemsize + n * table.seq_len * (_pos_dtype(width).itemsize + 1) \
+        + 4 * int(table.length.size) + 12 * n
+    with building_dir(directory, f"{SPACE_HINT}; the store needs about {need / 2**20:,.1f} MiB") as tmp:
+        _write_store(tmp, dataset, table, spec)
+
+
+def _write_store(tmp: Path, dataset: Dataset, table: PackTable, spec: PackSpec) -> None:
     width, seq_len, n = table.width, table.seq_len, table.num_rows
     dtype = np.dtype(dataset.dtype)
     pos_dtype = _pos_dtype(width)
     block_rows = max(1, BLOCK_BYTES // (width * dtype.itemsize))
-    tmp = directory.with_name(f"{directory.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     sums = np.zeros((-(-n // block_rows), len(_ROW_FILES)), dtype="<u8")
     fields = BatchFields(position_ids=True, cu_seqlens=True, loss_mask=True)
     doc_mask = BatchFields(position_ids=False, cu_seqlens=False, loss_mask=True, mask_doc_boundary=True)
@@ -146,7 +151,6 @@ def build_store(directory: Path, dataset: Dataset, table: PackTable, spec: PackS
             "segments": seg_total, "digests": digests}
     with synced_file(tmp / "meta.json", "w") as f_:
         json.dump(meta, f_, indent=1, sort_keys=True)
-    publish_dir(tmp, directory)
 
 
 class RowStore:
@@ -210,9 +214,7 @@ class RowStore:
         lock = _lock(self.directory)
         try:
             if os.path.exists(self.directory) and os.stat(self.directory).st_ino == self.ino:
-                aside = self.directory.with_name(f"{self.directory.name}.damaged-{os.getpid()}")
-                os.rename(self.directory, aside)
-                shutil.rmtree(aside, ignore_errors=True)
+                remove_dir(self.directory)
         finally:
             os.close(lock)
 
@@ -288,7 +290,7 @@ def cached_store(dataset: Dataset, table: PackTable, spec: PackSpec,
             except (ConfigError, IntegrityError) as e:
                 warnings.warn(f"row store {directory} not used, building it again: {e}", RuntimeWarning,
                               stacklevel=2)
-                shutil.rmtree(directory)
+                remove_dir(directory)
         build_store(directory, dataset, table, spec)
         return open_store(directory, dataset.fingerprint, spec, dataset.dtype, table.num_rows)
     finally:

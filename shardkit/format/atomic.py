@@ -10,14 +10,15 @@ from __future__ import annotations
 import contextlib
 import errno as _errno
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, BinaryIO
 
 from ..errors import ShardkitError
 
-__all__ = ["TMP_SUFFIX", "WriteError", "atomic_write_bytes", "atomic_file", "fsync_dir", "publish_dir",
-           "synced_file", "temp_path", "write_errors"]
+__all__ = ["TMP_SUFFIX", "WriteError", "atomic_write_bytes", "atomic_file", "building_dir", "fsync_dir",
+           "publish_dir", "remove_dir", "remove_leftovers", "synced_file", "temp_path", "write_errors"]
 
 TMP_SUFFIX = ".tmp"
 _SPACE = (_errno.ENOSPC, _errno.EDQUOT)
@@ -111,3 +112,48 @@ def publish_dir(tmp: Path, final: Path) -> None:
     """Rename a directory whose files are all synced (`synced_file`) to `final`, and sync its parent."""
     os.rename(tmp, final)
     fsync_dir(final.parent)
+
+
+# siblings of a directory `final` that only a builder or a discard of it makes: `<final>.tmp-<pid>` while it
+# is built, `<final>.damaged-<pid>` while a damaged one is removed
+_LEFTOVERS = (".tmp-", ".damaged-")
+
+
+def remove_leftovers(final: Path) -> list[Path]:
+    """Remove the temporary and set-aside siblings of `final` that a killed builder (or a killed discard) left:
+    call it only under the lock that guards `final`, where no live process is writing one. Returns them."""
+    found = [p for marker in _LEFTOVERS for p in final.parent.glob(f"{final.name}{marker}*")]
+    for p in found:
+        shutil.rmtree(p, ignore_errors=True)
+    return found
+
+
+def remove_dir(final: Path) -> None:
+    """Remove a published directory at once: renamed aside (`<final>.damaged-<pid>`), then deleted, so a
+    process killed meanwhile leaves a leftover `remove_leftovers` finds, never a half-deleted `final`."""
+    aside = final.with_name(f"{final.name}.damaged-{os.getpid()}")
+    shutil.rmtree(aside, ignore_errors=True)
+    os.rename(final, aside)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def building_dir(final: Path, hint: str = "") -> Iterator[Path]:
+    """A temporary sibling of `final` to build a directory in (files written with `synced_file`), renamed to
+    `final` when the block ends; removed when it raises, an OSError then raised as a `WriteError` naming the
+    file (with `hint`: what to do). Call it under the lock that guards `final`: a dead builder's leftovers are
+    removed first, so a crash loop cannot fill the disk with half-built copies."""
+    remove_leftovers(final)
+    tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
+    try:
+        try:
+            tmp.mkdir(parents=True)
+            yield tmp
+            publish_dir(tmp, final)
+        except OSError as e:  # a write into `tmp` (a file object's write names no file); not a read elsewhere
+            if isinstance(e, WriteError) or (e.filename and not str(e.filename).startswith(str(tmp))):
+                raise
+            raise WriteError(e.filename or tmp, "write", e, hint) from e
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
