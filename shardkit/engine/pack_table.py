@@ -8,25 +8,25 @@ Opening checks the meta against what is asked for and every array against its ch
 built for something else (`ConfigError`: names the field) or is damaged (`IntegrityError`) is never used:
 `cached_table` warns and builds it again. Concurrent loaders on one node take an exclusive `flock` on
 `<dir>.lock`, so one process builds while the others wait and then open what it wrote (written to a
-temporary directory and renamed into place: a reader never sees half a table).
+temporary directory and renamed into place: a reader never sees half a table); a cache that cannot be
+written (prebuilt, mounted read-only) is used as it is (`engine/cache_dir.py`).
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
-import warnings
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import ConfigError, IntegrityError
-from ..format.atomic import building_dir, remove_dir, synced_file
+from ..format.atomic import building_dir, synced_file
 from ..format.checksums import file_hexdigest
 from ..format.dataset import Dataset
 from ..format.fdless_map import map_npy
+from .cache_dir import open_or_build
 from .packing import PackSpec, PackTable, build_table
 
 __all__ = ["TABLE_VERSION", "cached_table", "default_cache_dir", "document_spans", "load_table", "save_table",
@@ -142,23 +142,8 @@ def cached_table(dataset: Dataset, spec: PackSpec, cache_dir: str | os.PathLike[
     a warning, never used."""
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     directory = table_dir(root, dataset.fingerprint, spec)
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        lock = os.open(root / f"{directory.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
-        raise ConfigError(f"packing table cache {root} is not writable ({e}); pass a writable cache "
-                          "directory (packing_cache_dir=, --packing-cache-dir, $SHARDKIT_PACK_CACHE_DIR)") from None
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if directory.exists():
-            try:
-                return load_table(directory, dataset.fingerprint, spec)
-            except (ConfigError, IntegrityError) as e:
-                warnings.warn(f"packing table {directory} not used, building it again: {e}", RuntimeWarning,
-                              stacklevel=2)
-                remove_dir(directory)
-        table = build_table(*document_spans(dataset), spec)
-        save_table(directory, table, dataset.fingerprint, spec)
-        return load_table(directory, dataset.fingerprint, spec)
-    finally:
-        os.close(lock)  # releases the flock
+
+    def build() -> None:
+        save_table(directory, build_table(*document_spans(dataset), spec), dataset.fingerprint, spec)
+    return open_or_build(root, directory, "packing table", lambda: load_table(directory, dataset.fingerprint, spec),
+                         build)

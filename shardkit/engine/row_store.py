@@ -27,7 +27,6 @@ it again) and reads the slab from the dataset instead. Nothing damaged is ever d
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import time
@@ -42,6 +41,7 @@ from ..format.atomic import building_dir, remove_dir, synced_file
 from ..format.checksums import file_hexdigest
 from ..format.dataset import Dataset
 from ..format.fdless_map import FileId, map_readonly
+from .cache_dir import lock_of, open_or_build
 from .fields import BatchFields
 from .gather import CHECK_VALID_NS
 from .pack_table import SPACE_HINT, TABLE_VERSION, default_cache_dir, table_dir
@@ -211,7 +211,12 @@ class RowStore:
     def discard(self) -> None:
         """Move this (damaged) store aside so the next open builds it again; another process that got there
         first (the directory is no longer the one opened) is left alone."""
-        lock = _lock(self.directory)
+        try:
+            lock = lock_of(self.directory)
+        except OSError as e:  # a read-only cache: the store stays, each process finds the damage again
+            warnings.warn(f"row store {self.directory} could not be moved aside ({e}): delete it, or the next "
+                          "loader reads its damaged blocks from the dataset again", RuntimeWarning, stacklevel=3)
+            return
         try:
             if os.path.exists(self.directory) and os.stat(self.directory).st_ino == self.ino:
                 remove_dir(self.directory)
@@ -265,33 +270,12 @@ def open_store(directory: str | os.PathLike[str], fingerprint: str, spec: PackSp
     return RowStore(directory, meta, seq_len, dtype)
 
 
-def _lock(directory: Path) -> int:
-    fd = os.open(directory.with_name(f"{directory.name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    return fd
-
-
 def cached_store(dataset: Dataset, table: PackTable, spec: PackSpec,
                  cache_dir: str | os.PathLike[str] | None = None) -> RowStore:
     """The row store of `table`: opened when it is there and intact, else built (once per node: other
     processes wait on the lock, then open it). A stale or damaged store is rebuilt with a warning."""
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     directory = store_dir(root, dataset.fingerprint, spec)
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        lock = _lock(directory)
-    except OSError as e:
-        raise ConfigError(f"row store cache {root} is not writable ({e}); pass a writable cache directory "
-                          "(packing_cache_dir=, --packing-cache-dir, $SHARDKIT_PACK_CACHE_DIR)") from None
-    try:
-        if directory.exists():
-            try:
-                return open_store(directory, dataset.fingerprint, spec, dataset.dtype, table.num_rows)
-            except (ConfigError, IntegrityError) as e:
-                warnings.warn(f"row store {directory} not used, building it again: {e}", RuntimeWarning,
-                              stacklevel=2)
-                remove_dir(directory)
-        build_store(directory, dataset, table, spec)
-        return open_store(directory, dataset.fingerprint, spec, dataset.dtype, table.num_rows)
-    finally:
-        os.close(lock)
+    return open_or_build(root, directory, "row store",
+                         lambda: open_store(directory, dataset.fingerprint, spec, dataset.dtype, table.num_rows),
+                         lambda: build_store(directory, dataset, table, spec))

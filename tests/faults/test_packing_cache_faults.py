@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from faults_support import can_mount, resize_tmpfs, tmpfs
 from support.cli import shardkit_cmd
 
 from shardkit import Loader
+from shardkit.errors import ConfigError
 from shardkit.format.atomic import WriteError
 from shardkit.writer import write_dataset
 
@@ -135,3 +137,55 @@ def test_a_store_that_does_not_fit_is_one_clear_error_and_builds_once_there_is_r
         got = _batches(_loader(corpus, cache, packing_store=True))
         assert json.loads((next(cache.glob("*.rows")) / "meta.json").read_text())["rows"] > 0
     _same(got, _batches(_loader(corpus, tmp_path / "gathered")))
+
+
+def _remount(fs: Path, mode: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,{mode}", str(fs)], check=True)
+
+
+@needs_mount
+def test_a_prebuilt_cache_mounted_read_only_is_used_as_it_is(corpus, tmp_path):
+    """A cache built elsewhere and mounted read-only (no lock file can be opened): the table and store there
+    are opened, verified and streamed; a damaged store (a bit flipped in every block) is read from the
+    dataset with a warning that it could not be moved aside; a missing table, or a damaged one, is a
+    `ConfigError` saying the cache is not writable and what to do."""
+    with tmpfs(tmp_path / "fs", "64m") as fs:
+        cache = fs / "cache"
+        want = _batches(_loader(corpus, cache, packing_store=True))
+        _remount(fs, "ro")
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # an intact read-only store: no warning
+                _same(_batches(_loader(corpus, cache, packing_store=True)), want)
+            with pytest.raises(ConfigError, match=r"packing table cache .* is not writable .* holds no packing "
+                                                  r"table for this loader; pass a writable cache directory"):
+                Loader(corpus, seq_len=SEQ // 2, batch_schedule=8, packing="best_fit", packing_cache_dir=cache)
+        finally:
+            _remount(fs, "rw")
+        tokens = next(cache.glob("*.rows")) / "tokens.bin"
+        meta = json.loads((tokens.parent / "meta.json").read_text())
+        row_bytes = (SEQ + 1) * 2
+        with open(tokens, "r+b") as f:
+            for at in range(0, tokens.stat().st_size, meta["block_rows"] * row_bytes):
+                f.seek(at + 5)
+                byte = f.read(1)[0]
+                f.seek(at + 5)
+                f.write(bytes([byte ^ 0x10]))
+        _remount(fs, "ro")
+        try:
+            with pytest.warns(RuntimeWarning) as caught:
+                got = _batches(_loader(corpus, cache, packing_store=True))
+            said = " | ".join(str(w.message) for w in caught)
+            assert "is damaged, reading its rows from the dataset" in said and "could not be moved aside" in said, said
+            _same(got, want)
+        finally:
+            _remount(fs, "rw")
+        table = next(p for p in cache.iterdir() if p.is_dir() and not p.name.endswith(".rows"))
+        (table / "meta.json").write_text("{")
+        _remount(fs, "ro")
+        try:
+            with pytest.raises(ConfigError, match=r"packing table .* cannot be used .* and its cache .* is not "
+                                                  r"writable .* to build it again; pass a writable cache"):
+                _loader(corpus, cache)
+        finally:
+            _remount(fs, "rw")
