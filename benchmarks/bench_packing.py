@@ -10,6 +10,7 @@ appended):
 Printed, at seq_len 2,048 and 8,192:
   * padding fraction and documents split for window / first_fit / best_fit   (goal: best-fit ≤ 1 % at 2,048)
   * plan build time per million documents (lengths resampled from the gutenberg paragraphs)
+  * table build memory: 2 M documents written a shard at a time (the cache's way) and built in memory
   * stream throughput, batch 8 (every loader of a seq_len timed in alternating stretches, best of 5):
     best-fit rows ÷ plain windows and ÷ windows with the same fields
     (position_ids, cu_seqlens, loss_mask), ÷ two gather floors of the same rows with no loader (np.take
@@ -56,7 +57,7 @@ from synthetic import token_dataset  # noqa: E402
 
 from shardkit.engine.core import SLAB_BYTES  # noqa: E402
 from shardkit.engine.fields import BatchFields  # noqa: E402
-from shardkit.engine.pack_table import cached_table, document_spans  # noqa: E402
+from shardkit.engine.pack_table import cached_table, document_spans, save_table, write_table  # noqa: E402
 from shardkit.engine.packed_fields import packed_fields, segment_starts  # noqa: E402
 from shardkit.engine.packing import PackSpec, build_table, concat_ranges, split_pieces  # noqa: E402
 from shardkit.engine.packing_report import rank_balance  # noqa: E402
@@ -64,6 +65,7 @@ from shardkit.engine.row_store import cached_store  # noqa: E402
 from shardkit.format import open_dataset  # noqa: E402
 from shardkit.loader import Loader  # noqa: E402
 from shardkit.planner.measure import measure_node  # noqa: E402
+from shardkit.writer import write_dataset  # noqa: E402
 
 try:  # the trainer-side figures need torch; the rest of the benchmark does not
     import torch
@@ -153,6 +155,53 @@ def build_rate(n_docs: int = 1_000_000) -> list[dict]:
             t = time.perf_counter()
             build_table(starts, sample, PackSpec(strategy=strategy, seq_len=L))
             out.append({"seq_len": L, "strategy": strategy, "s_per_million_docs": (time.perf_counter() - t) * 1e6 / n_docs})
+    return out
+
+
+def _many_docs(n_docs: int) -> Path:
+    """A dataset of `n_docs` documents, lengths resampled from the gutenberg paragraphs, in shards of 16 Mi
+    tokens (built once under bench-data/packing/)."""
+    path = DATA / f"many-docs-{n_docs}"
+    if (path / "manifest.json").exists():
+        return path
+    _, lengths = document_spans(open_dataset(corpus("gutenberg")))
+    sample = np.random.default_rng(1).choice(lengths, size=n_docs)
+    rng = np.random.default_rng(2)
+
+    def docs():
+        for a in range(0, n_docs, 100_000):
+            sizes = sample[a:a + 100_000]
+            flat = rng.integers(0, 50257, size=int(sizes.sum()), dtype=np.uint16)
+            yield from np.split(flat, np.cumsum(sizes)[:-1])
+    shutil.rmtree(path, ignore_errors=True)
+    write_dataset(path, docs(), max_tokens_per_shard=16 << 20)
+    return path
+
+
+def build_memory(n_docs: int = 2_000_000) -> list[dict]:
+    """The table of a dataset of `n_docs` documents built and written (best_fit, seq_len 2,048): as the cache
+    does it (`write_table`, a shard at a time) and in memory (`build_table` over every document, then
+    `save_table`): seconds, and the peak of memory allocated meanwhile (tracemalloc, a second run: it slows
+    the Python loops it traces)."""
+    import tracemalloc
+
+    ds = open_dataset(_many_docs(n_docs))
+    spec = PackSpec(strategy="best_fit", seq_len=2048)
+    out = []
+    with tempfile.TemporaryDirectory(dir=DATA) as tmp:
+        ways = {"write_table (a shard at a time)": lambda d: write_table(d, ds, spec),
+                "build_table + save_table (in memory)":
+                    lambda d: save_table(d, build_table(*document_spans(ds), spec), ds.fingerprint, spec)}
+        for k, (name, build) in enumerate(ways.items()):
+            t = time.perf_counter()
+            build(Path(tmp) / f"t{k}")
+            seconds = time.perf_counter() - t
+            tracemalloc.start()
+            build(Path(tmp) / f"m{k}")
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            out.append({"way": name, "docs": n_docs, "shards": ds.num_shards, "seconds": seconds,
+                        "peak_bytes": peak, "peak_bytes_per_doc": peak / n_docs})
     return out
 
 
@@ -532,6 +581,12 @@ def main() -> None:
         print("\nplan build time per million documents (gutenberg paragraph lengths)")
         for r in rate:
             print(f"  seq_len {r['seq_len']:>5,} {r['strategy']:<9} {r['s_per_million_docs']:6.2f} s")
+        results["build_memory"] = mem = build_memory()
+        print(f"\ntable build memory, best_fit, seq_len 2,048, {mem[0]['docs']:,} documents in {mem[0]['shards']} shards "
+              "(gutenberg paragraph lengths), peak allocated (tracemalloc)")
+        for r in mem:
+            print(f"  {r['way']:<38} {r['seconds']:6.1f} s   peak {r['peak_bytes'] / 2**20:7.1f} MiB = "
+                  f"{r['peak_bytes_per_doc']:6.1f} bytes per document")
     results["throughput"] = tp = throughput(cache, args.seconds)
     print("\nstream throughput, batch 8, gutenberg (loaders alternated, best of 5 stretches), M tok/s")
     for r in tp:

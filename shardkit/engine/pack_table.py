@@ -14,10 +14,13 @@ written (prebuilt, mounted read-only) is used as it is (`engine/cache_dir.py`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -27,10 +30,10 @@ from ..format.checksums import file_hexdigest
 from ..format.dataset import Dataset
 from ..format.fdless_map import map_npy
 from .cache_dir import open_or_build
-from .packing import PackSpec, PackTable, build_table
+from .packing import PackSpec, PackTable, table_parts
 
 __all__ = ["TABLE_VERSION", "cached_table", "default_cache_dir", "document_spans", "load_table", "save_table",
-           "table_dir"]
+           "shard_spans", "table_dir", "write_table"]
 
 TABLE_VERSION = 1
 # what to do when a table or store cannot be written (`WriteError` puts "free space on that file system, then"
@@ -58,19 +61,83 @@ def table_dir(cache_dir: str | os.PathLike[str], fingerprint: str, spec: PackSpe
     return Path(cache_dir) / f"{spec.strategy.value}-L{spec.seq_len}-{key}"
 
 
-def document_spans(dataset: Dataset) -> tuple[np.ndarray, np.ndarray]:
-    """(first token in the flat stream, length) of every document of `dataset`, in order."""
-    starts, lengths = [], []
+def shard_spans(dataset: Dataset) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(first token in the flat stream, length) of the documents of each shard of `dataset`, in order."""
     item = dataset.dtype.itemsize
     for s, shard in enumerate(dataset.shards):
         # a mapping of its own, dropped after the copy: a dataset of any number of shards holds one at a time
         index = shard.load_index()
-        starts.append(np.asarray(index.pointers, dtype=np.int64) // item + int(dataset.token_offsets[s]))
-        lengths.append(np.array(index.lengths, dtype=np.int64))
+        starts = np.asarray(index.pointers, dtype=np.int64) // item + int(dataset.token_offsets[s])
+        lengths = np.array(index.lengths, dtype=np.int64)
         del index
-    if not starts:
+        yield starts, lengths
+
+
+def document_spans(dataset: Dataset) -> tuple[np.ndarray, np.ndarray]:
+    """(first token in the flat stream, length) of every document of `dataset`, in order (in memory: 16
+    bytes per document)."""
+    parts = list(shard_spans(dataset))
+    if not parts:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return np.concatenate(starts), np.concatenate(lengths)
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
+class _NpyWriter:
+    """A 1-D `.npy` file written in appended parts: a header of fixed size is written first and rewritten
+    with the final length at the end (the format pads its header with spaces), so nothing of the array is
+    held in memory."""
+
+    HEADER = 128  # bytes: magic, version, header length, the dict padded to a multiple of 64
+
+    def __init__(self, f: BinaryIO, dtype: str) -> None:
+        self.f, self.dtype, self.count = f, np.dtype(dtype), 0
+        f.write(b"\0" * self.HEADER)
+
+    def append(self, arr: np.ndarray) -> None:
+        a = np.ascontiguousarray(arr, dtype=self.dtype)
+        self.f.write(memoryview(a).cast("B"))
+        self.count += a.size
+
+    def finish(self) -> None:
+        """Write the header for the `count` items appended (the caller flushes and syncs the file)."""
+        text = f"{{'descr': {np.lib.format.dtype_to_descr(self.dtype)!r}, 'fortran_order': False, " \
+               f"'shape': ({self.count},), }}"
+        room = self.HEADER - 10
+        header = b"\x93NUMPY\x01\x00" + room.to_bytes(2, "little") + text.ljust(room - 1).encode("latin1") + b"\n"
+        assert len(header) == self.HEADER
+        self.f.seek(0)
+        self.f.write(header)
+        self.f.seek(0, os.SEEK_END)
+
+
+def write_table(directory: Path, dataset: Dataset, spec: PackSpec) -> None:
+    """Build the table of `dataset` under `spec` straight into `directory` (which must not exist), a shard's
+    documents at a time (`packing.table_parts`): memory is bounded by a shard's documents and one pack group,
+    whatever the dataset's size. The arrays are those of `build_table` on all its documents."""
+    with building_dir(directory, SPACE_HINT) as tmp, contextlib.ExitStack() as stack:
+        files = {name: stack.enter_context(synced_file(tmp / f"{name}.npy")) for name in _ARRAYS}
+        out = {name: _NpyWriter(files[name], _DTYPES[name]) for name in _ARRAYS}
+        out["row_ptr"].append(np.zeros(1, np.int64))
+        pieces = documents = split = used = 0
+        for part in table_parts(shard_spans(dataset), spec):
+            out["row_ptr"].append(pieces + np.cumsum(part.sizes))
+            for name in ("start", "length", "first"):
+                out[name].append(getattr(part, name))
+            pieces += part.start.size
+            documents += int(np.count_nonzero(part.first))
+            split += part.split
+            used += int(part.length.sum())
+        for w in out.values():
+            w.finish()
+        stack.close()  # flushed and synced before they are hashed
+        rows = out["row_ptr"].count - 1
+        slots = rows * spec.width
+        stats = {"rows": rows, "pieces": pieces, "documents": documents, "documents_split": split, "tokens": used,
+                 "padding_fraction": (slots - used) / slots if slots else 0.0}
+        sums = {name: {"sha256": _sha256(tmp / f"{name}.npy"), "size": out[name].count} for name in _ARRAYS}
+        meta = {**_meta_key(dataset.fingerprint, spec), "rows": rows, "arrays": sums, "stats": stats}
+        with synced_file(tmp / "meta.json", "w") as f:
+            json.dump(meta, f, indent=1, sort_keys=True)
 
 
 def save_table(directory: Path, table: PackTable, fingerprint: str, spec: PackSpec) -> None:
@@ -132,8 +199,11 @@ def load_table(directory: str | os.PathLike[str], fingerprint: str, spec: PackSp
     if ptr.size < 1 or int(ptr[0]) != 0 or int(ptr[-1]) != arrays["start"].size or \
             not all(arrays[n].size == arrays["start"].size for n in ("length", "first")):
         raise IntegrityError(str(directory), "packing table arrays do not fit together")
+    stats = meta.get("stats")
+    if not (isinstance(stats, dict) and stats.get("rows") == ptr.size - 1 and stats.get("pieces") == int(ptr[-1])):
+        stats = None  # not what the arrays hold: computed from them when asked
     return PackTable(seq_len=spec.seq_len, row_ptr=ptr, start=arrays["start"], length=arrays["length"],
-                     first=arrays["first"])
+                     first=arrays["first"], recorded=stats)
 
 
 def cached_table(dataset: Dataset, spec: PackSpec, cache_dir: str | os.PathLike[str] | None = None) -> PackTable:
@@ -143,7 +213,5 @@ def cached_table(dataset: Dataset, spec: PackSpec, cache_dir: str | os.PathLike[
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     directory = table_dir(root, dataset.fingerprint, spec)
 
-    def build() -> None:
-        save_table(directory, build_table(*document_spans(dataset), spec), dataset.fingerprint, spec)
     return open_or_build(root, directory, "packing table", lambda: load_table(directory, dataset.fingerprint, spec),
-                         build)
+                         lambda: write_table(directory, dataset, spec))

@@ -26,15 +26,16 @@ seed) and are found in O(1) at any step.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..errors import ConfigError
 from ..order.packing import PackingStrategy
 
-__all__ = ["DEFAULT_GROUP_ROWS", "DEFAULT_GROUP_TOKENS", "PackSpec", "PackTable", "PackingStrategy", "build_table", "concat_ranges",
-           "fill_rows", "split_pieces"]
+__all__ = ["DEFAULT_GROUP_ROWS", "DEFAULT_GROUP_TOKENS", "PackSpec", "PackTable", "PackingStrategy", "TablePart",
+           "build_table", "concat_ranges", "fill_rows", "split_pieces", "table_parts"]
 
 # documents starting in the same 1 Mi-token stretch are packed together (2 MiB of uint16; at least 64 rows'
 # worth at long seq_lens): enough for best-fit to leave well under 1 % padding on real corpora, and 1/16 of a
@@ -88,6 +89,8 @@ class PackTable:
     start: np.ndarray  # int64[pieces]: first token of the piece in the dataset's flat token stream
     length: np.ndarray  # int64[pieces]
     first: np.ndarray  # bool[pieces]
+    # the statistics recorded when the table was written (`stats()` without a pass over every piece)
+    recorded: dict[str, float | int] | None = field(default=None, compare=False, repr=False)
 
     @property
     def num_rows(self) -> int:
@@ -122,7 +125,10 @@ class PackTable:
         return out
 
     def stats(self) -> dict[str, float | int]:
-        """Rows, pieces, padding fraction and documents split: what `inspect` and the benchmark report."""
+        """Rows, pieces, padding fraction and documents split: what `inspect` and the benchmark report (as
+        recorded when the table was written, for a table read from the cache)."""
+        if self.recorded is not None:
+            return dict(self.recorded)
         slots = self.num_rows * self.width
         used = int(self.length.sum())
         docs = int(self.first.sum())
@@ -171,10 +177,56 @@ def split_pieces(doc_starts: np.ndarray, doc_lengths: np.ndarray, seq_len: int
 
 
 def build_table(doc_starts: np.ndarray, doc_lengths: np.ndarray, spec: PackSpec) -> PackTable:
-    """The packing table of documents given by their first token in the flat stream and their length."""
+    """The packing table of documents given by their first token in the flat stream and their length, built
+    in memory (about 90 bytes per document at its peak; `pack_table.cached_table` writes a table part by
+    part instead, in memory bounded by a shard's documents)."""
+    parts = list(table_parts([(np.asarray(doc_starts, np.int64), np.asarray(doc_lengths, np.int64))], spec))
+    sizes = np.concatenate([p.sizes for p in parts]) if parts else np.zeros(0, np.int64)
+    row_ptr = np.zeros(sizes.size + 1, dtype=np.int64)
+    np.cumsum(sizes, out=row_ptr[1:])
+    def joined(name: str, dtype: type) -> np.ndarray:
+        return np.concatenate([getattr(p, name) for p in parts]) if parts else np.zeros(0, dtype)
+    return PackTable(seq_len=spec.seq_len, row_ptr=row_ptr, start=joined("start", np.int64),
+                     length=joined("length", np.int64), first=joined("first", bool))
+
+
+@dataclass(frozen=True)
+class TablePart:
+    """The rows of whole pack groups, in row order: pieces per row, and the pieces (`PackTable`'s arrays);
+    `split` counts the documents cut into several pieces."""
+
+    sizes: np.ndarray
+    start: np.ndarray
+    length: np.ndarray
+    first: np.ndarray
+    split: int
+
+
+def table_parts(spans: Iterable[tuple[np.ndarray, np.ndarray]], spec: PackSpec) -> Iterator[TablePart]:
+    """The table of documents given in consecutive runs (first token in the flat stream and length of each,
+    e.g. a shard at a time), as parts of whole pack groups: their concatenation is the table of all the
+    documents. A group can continue in the next run, so the last group of a run waits for it: memory is
+    bounded by a run's documents and one group, whatever the number of documents."""
+    carry_s = carry_l = np.zeros(0, np.int64)
+    for starts, lengths in spans:
+        s = np.concatenate([carry_s, np.asarray(starts, np.int64)])
+        n = np.concatenate([carry_l, np.asarray(lengths, np.int64)])
+        if not s.size:
+            continue
+        group = s // spec.group_tokens
+        cut = int(np.searchsorted(group, group[-1], side="left"))  # the last group may go on in the next run
+        carry_s, carry_l = s[cut:], n[cut:]
+        if cut:
+            yield _part(s[:cut], n[:cut], spec)
+    if carry_s.size:
+        yield _part(carry_s, carry_l, spec)
+
+
+def _part(doc_starts: np.ndarray, doc_lengths: np.ndarray, spec: PackSpec) -> TablePart:
+    """The rows of the documents of whole pack groups, group by group."""
     start, length, first, doc = split_pieces(doc_starts, doc_lengths, spec.seq_len)
     width = spec.width
-    group = np.asarray(doc_starts, dtype=np.int64)[doc] // spec.group_tokens  # its document's first token's
+    group = doc_starts[doc] // spec.group_tokens  # its document's first token's
     cuts = np.flatnonzero(np.diff(group)) + 1 if group.size else np.zeros(0, np.int64)
     order_parts: list[np.ndarray] = []  # piece indices in row order
     sizes_parts: list[np.ndarray] = []  # pieces per row
@@ -194,10 +246,9 @@ def build_table(doc_starts: np.ndarray, doc_lengths: np.ndarray, spec: PackSpec)
             sizes_parts.append(np.fromiter((len(row) for row in rows), np.int64, len(rows)))
     order = np.concatenate(order_parts) if order_parts else np.zeros(0, np.int64)
     sizes = np.concatenate(sizes_parts) if sizes_parts else np.zeros(0, np.int64)
-    row_ptr = np.zeros(sizes.size + 1, dtype=np.int64)
-    np.cumsum(sizes, out=row_ptr[1:])
-    return PackTable(seq_len=spec.seq_len, row_ptr=row_ptr, start=start[order], length=length[order],
-                     first=first[order])
+    # a document is split when it holds more than one piece: more than seq_len + 1 tokens
+    return TablePart(sizes=sizes, start=start[order], length=length[order], first=first[order],
+                     split=int(np.count_nonzero(doc_lengths > width)))
 
 
 def _first_fit(lengths: list[int], width: int) -> list[list[int]]:

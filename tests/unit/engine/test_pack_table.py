@@ -8,9 +8,18 @@ import warnings
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from shardkit.engine.pack_table import cached_table, document_spans, load_table, table_dir
-from shardkit.engine.packing import PackSpec, build_table, fill_rows
+from shardkit.engine.pack_table import (
+    cached_table,
+    document_spans,
+    load_table,
+    save_table,
+    table_dir,
+    write_table,
+)
+from shardkit.engine.packing import PackSpec, build_table, fill_rows, table_parts
 from shardkit.errors import ConfigError, IntegrityError
 from shardkit.format.dataset import open_dataset
 from shardkit.writer import write_dataset
@@ -107,3 +116,85 @@ def test_concurrent_processes_build_once(dataset, tmp_path):
     entries = sorted(os.listdir(cache))
     assert [e for e in entries if not e.endswith(".lock")] == [table_dir(cache, ds.fingerprint, PackSpec(
         strategy="best_fit", seq_len=64, group_tokens=4096)).name]  # one table, no leftover temporaries
+
+
+@pytest.mark.parametrize("strategy", ["best_fit", "first_fit"])
+@pytest.mark.parametrize("group_tokens", [600, 4096, 1 << 20])
+def test_the_table_written_a_shard_at_a_time_is_byte_for_byte_the_table_built_in_memory(dataset, tmp_path, strategy,
+                                                                                     group_tokens):
+    """`write_table` (a shard's documents at a time, groups crossing shard boundaries) writes the same bytes
+    as `save_table` of `build_table` over every document at once (the same sha256), and records the same
+    statistics."""
+    ds, _ = dataset
+    assert ds.num_shards > 10
+    spec = PackSpec(strategy=strategy, seq_len=128, group_tokens=group_tokens)
+    streamed, whole = tmp_path / "streamed", tmp_path / "whole"
+    write_table(streamed, ds, spec)
+    table = build_table(*document_spans(ds), spec)
+    save_table(whole, table, ds.fingerprint, spec)
+    for name in ("row_ptr", "start", "length", "first"):
+        assert (streamed / f"{name}.npy").read_bytes() == (whole / f"{name}.npy").read_bytes(), name
+    a, b = json.loads((streamed / "meta.json").read_text()), json.loads((whole / "meta.json").read_text())
+    assert a == b and a["stats"] == table.stats()
+    assert load_table(streamed, ds.fingerprint, spec).stats() == table.stats()
+
+
+@settings(max_examples=80, deadline=None)
+@given(lengths=st.lists(st.integers(0, 40), min_size=0, max_size=120), cuts=st.lists(st.integers(0, 120)),
+       seq_len=st.integers(1, 12), group=st.integers(0, 3), strategy=st.sampled_from(["best_fit", "first_fit"]))
+def test_table_parts_over_any_runs_of_documents_are_the_whole_table(lengths, cuts, seq_len, group, strategy):
+    """Documents given in runs cut anywhere (inside a pack group, empty runs, empty documents) give, part by
+    part, exactly the table of all of them; parts end only where a pack group ends."""
+    spec = PackSpec(strategy=strategy, seq_len=seq_len, group_tokens=(seq_len + 1) * (1 + 3 * group))
+    n = np.asarray(lengths, dtype=np.int64)
+    s = np.cumsum(n) - n
+    bounds = sorted({0, len(lengths), *[c for c in cuts if c <= len(lengths)]})
+    runs = [(s[a:z], n[a:z]) for a, z in zip(bounds[:-1], bounds[1:])]
+    parts = list(table_parts(runs, spec))
+    whole = build_table(s, n, spec)
+    sizes = np.concatenate([p.sizes for p in parts]) if parts else np.zeros(0, np.int64)
+    assert np.array_equal(np.concatenate([[0], np.cumsum(sizes)]), whole.row_ptr)
+    for name in ("start", "length", "first"):
+        got = np.concatenate([getattr(p, name) for p in parts]) if parts else np.zeros(0)
+        assert np.array_equal(got, getattr(whole, name)), name
+    assert sum(p.split for p in parts) == whole.stats()["documents_split"]
+    groups = [set((p.start[p.first] // spec.group_tokens).tolist()) for p in parts]
+    assert all(not (g & h) for i, g in enumerate(groups) for h in groups[i + 1:])  # no group in two parts
+
+
+def _peak_bytes(build, *args) -> int:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        build(*args)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _save_whole(directory, ds, spec):
+    save_table(directory, build_table(*document_spans(ds), spec), ds.fingerprint, spec)
+
+
+def test_writing_a_table_holds_a_shards_documents_not_the_datasets(tmp_path, monkeypatch):
+    """Datasets of 60,000 and 240,000 documents in shards of about 6,000, pack groups of about 1,000: the
+    in-memory build's peak grows with the dataset (about 100 bytes per document), `write_table`'s does not
+    (a shard's and a group's worth; traced by tracemalloc: numpy's buffers and Python's objects), and both
+    write the same table. The files' hashing reads 4 MiB at a time, more than these small files hold, so
+    it is measured with a read buffer of 64 KiB."""
+    monkeypatch.setattr("shardkit.format.checksums._READ_CHUNK", 64 << 10)
+    spec = PackSpec(strategy="best_fit", seq_len=256, group_tokens=20_000)
+    peaks = {}
+    for n in (60_000, 240_000):
+        rng = np.random.default_rng(5)
+        sizes = rng.integers(1, 40, n)
+        flat = rng.integers(1, 50000, int(sizes.sum()), dtype=np.uint16)
+        write_dataset(tmp_path / f"ds{n}", np.split(flat, np.cumsum(sizes)[:-1]), max_tokens_per_shard=120_000)
+        ds = open_dataset(tmp_path / f"ds{n}")
+        peaks[n] = (_peak_bytes(write_table, tmp_path / f"a{n}", ds, spec),
+                    _peak_bytes(_save_whole, tmp_path / f"b{n}", ds, spec))
+        assert (tmp_path / f"a{n}" / "start.npy").read_bytes() == (tmp_path / f"b{n}" / "start.npy").read_bytes()
+    (small_streamed, small_whole), (big_streamed, big_whole) = peaks[60_000], peaks[240_000]
+    assert big_whole - small_whole > 60 * 180_000, peaks  # ≥ 60 bytes per added document
+    assert big_streamed - small_streamed < 200_000, peaks  # flat: the same shards and groups
