@@ -1,5 +1,6 @@
 """The packing table cache: keyed by what it depends on, built once under a lock, verified, rebuilt if bad."""
 
+import hashlib
 import json
 import os
 import subprocess
@@ -99,6 +100,31 @@ def test_a_damaged_table_is_detected_and_rebuilt_never_used(dataset, tmp_path, d
         again = cached_table(ds, spec, tmp_path / "c")
     assert np.array_equal(again.length, good_length) and np.array_equal(again.row_ptr, good_ptr)
     load_table(d, ds.fingerprint, spec)  # intact again
+
+
+def test_a_table_recording_sha256_digests_is_still_verified_and_used(dataset, tmp_path):
+    """Tables written before the digests became xxh3-128 record sha256: such a table opens without a rebuild
+    when intact, and a flipped bit in it is still found."""
+    ds, _ = dataset
+    spec = PackSpec(strategy="best_fit", seq_len=100, group_tokens=4096)
+    cached_table(ds, spec, tmp_path / "c")
+    d = table_dir(tmp_path / "c", ds.fingerprint, spec)
+    meta = json.loads((d / "meta.json").read_text())
+    for name, rec in meta["arrays"].items():
+        assert set(rec) == {"xxh3_128", "size"}
+        meta["arrays"][name] = {"sha256": hashlib.sha256((d / f"{name}.npy").read_bytes()).hexdigest(),
+                                "size": rec["size"]}
+    (d / "meta.json").write_text(json.dumps(meta))
+    mtime = (d / "meta.json").stat().st_mtime_ns
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cached_table(ds, spec, tmp_path / "c")
+    assert (d / "meta.json").stat().st_mtime_ns == mtime  # opened, not rebuilt
+    raw = bytearray((d / "start.npy").read_bytes())
+    raw[200] ^= 0x04
+    (d / "start.npy").write_bytes(bytes(raw))
+    with pytest.raises(IntegrityError, match="does not match its checksum"):
+        load_table(d, ds.fingerprint, spec)
 
 
 def test_concurrent_processes_build_once(dataset, tmp_path):
