@@ -419,7 +419,8 @@ class Engine:
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop the hint worker, release every mapping and remote pin; the engine can be used again after."""
+        """Stop the hint worker, release every shard mapping and remote pin; the engine can be used again after
+        (packing tables and row stores stay mapped, without descriptors)."""
         _shutdown(self._worker, self.mapper)
         if self.verifier is not None:
             self.verifier.close()

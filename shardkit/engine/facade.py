@@ -180,7 +180,9 @@ class StreamFacade:
         raise NotImplementedError
 
     def close(self) -> None:
-        """Stop the hint thread and release every mapping (the loader reopens them if it is used again)."""
+        """Stop the hint thread and release every shard mapping and descriptor (the loader reopens them if it
+        is used again). Packing tables and row stores stay mapped, holding no descriptor, until the loader is
+        dropped: reopening them would verify them again."""
         if self._engine is not None:
             self._engine.close()
 
