@@ -204,7 +204,7 @@ def _save_whole(directory, ds, spec):
 
 
 def test_writing_a_table_holds_a_shards_documents_not_the_datasets(tmp_path, monkeypatch):
-    """Datasets of 60,000 and 240,000 documents in shards of about 6,000, pack groups of about 1,000: the
+    """Datasets of 40,000 and 160,000 documents in shards of about 6,000, pack groups of about 1,000: the
     in-memory build's peak grows with the dataset (about 100 bytes per document), `write_table`'s does not
     (a shard's and a group's worth; traced by tracemalloc: numpy's buffers and Python's objects), and both
     write the same table. The files' hashing reads 4 MiB at a time, more than these small files hold, so
@@ -212,7 +212,7 @@ def test_writing_a_table_holds_a_shards_documents_not_the_datasets(tmp_path, mon
     monkeypatch.setattr("shardkit.format.checksums._READ_CHUNK", 64 << 10)
     spec = PackSpec(strategy="best_fit", seq_len=256, group_tokens=20_000)
     peaks = {}
-    for n in (60_000, 240_000):
+    for n in (40_000, 160_000):
         rng = np.random.default_rng(5)
         sizes = rng.integers(1, 40, n)
         flat = rng.integers(1, 50000, int(sizes.sum()), dtype=np.uint16)
@@ -221,6 +221,6 @@ def test_writing_a_table_holds_a_shards_documents_not_the_datasets(tmp_path, mon
         peaks[n] = (_peak_bytes(write_table, tmp_path / f"a{n}", ds, spec),
                     _peak_bytes(_save_whole, tmp_path / f"b{n}", ds, spec))
         assert (tmp_path / f"a{n}" / "start.npy").read_bytes() == (tmp_path / f"b{n}" / "start.npy").read_bytes()
-    (small_streamed, small_whole), (big_streamed, big_whole) = peaks[60_000], peaks[240_000]
-    assert big_whole - small_whole > 60 * 180_000, peaks  # ≥ 60 bytes per added document
+    (small_streamed, small_whole), (big_streamed, big_whole) = peaks[40_000], peaks[160_000]
+    assert big_whole - small_whole > 60 * 120_000, peaks  # ≥ 60 bytes per added document
     assert big_streamed - small_streamed < 200_000, peaks  # flat: the same shards and groups
