@@ -91,7 +91,12 @@ class CacheError(ShardkitError):
 
 class CacheFull(CacheError):
     """No room right now: every block that could make room is pinned or being downloaded (by this process
-    or others). A download thread meeting it waits like a block that found the cache full (`Fetcher`)."""
+    or others). A download thread meeting it waits like a block that found the cache full (`Fetcher`), a
+    reader's thread in `Fetcher.with_room`."""
+
+    def __init__(self, message: str, need: int = 0) -> None:
+        super().__init__(message)
+        self.need = need  # the bytes that found no room
 
 
 def allocated_bytes(path: Path) -> int:
@@ -391,7 +396,7 @@ class DatasetCache:
         with self.root.locked():
             if not self.root.make_room(nbytes):
                 raise CacheFull(f"{self.root.path}: cache_limit {self.root.limit:,} bytes is full of blocks in "
-                                f"use; no room for {nbytes:,} bytes of metadata: raise cache_limit")
+                                f"use; no room for {nbytes:,} bytes of metadata: raise cache_limit", nbytes)
             self.add_meta(nbytes)
 
     def release_meta(self, nbytes: int) -> None:

@@ -248,7 +248,8 @@ class RemoteShard(Shard):
         self._remote.check_header(self._i, self.dtype)
 
     def load_index(self, *, check: bool = True) -> IndexFile:
-        self._remote.ensure_index(self._i)
+        fetcher = self._remote.cache.fetcher  # waits while other readers' pins leave no room for the index
+        fetcher.with_room(lambda: self._remote.ensure_index(self._i))
         return super().load_index(check=check)
 
 

@@ -20,7 +20,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -28,6 +28,8 @@ from .blocks import PRESENT, RESERVED
 from .cache import CacheError, CacheFull, DatasetCache, ofd_lock
 
 __all__ = ["URGENT", "CHUNK", "GROUP", "Fetcher", "PinSet"]
+
+T = TypeVar("T")
 
 URGENT, CHUNK, GROUP = 0, 1, 2
 _forks = [0]  # bumped in every forked child: a cheap "am I still the process that set this up?" check
@@ -72,7 +74,8 @@ class Fetcher:
         self._busy: set[int] = set()
         self._parked: set[int] = set()
         self._nospace: set[int] = set()
-        self._errors: dict[int, BaseException] = {}
+        self._errors: dict[int, tuple[int, BaseException]] = {}  # block: (its attempt's number, error)
+        self._attempts = 0  # download attempts begun by this process (numbered from 1)
         self._seq = itertools.count()
         self._threads: list[threading.Thread] = []
         self._closed = False
@@ -149,7 +152,7 @@ class Fetcher:
     def _wait(self, gids: np.ndarray) -> None:
         started = time.monotonic()
         self.metrics["waits"] += 1
-        tried: set[int] = set()
+        asked: dict[int, int] = {}  # block: the attempts begun before this read first asked for it
         stalled_since: float | None = None
         try:
             while True:
@@ -160,10 +163,12 @@ class Fetcher:
                     full = [g for g in missing if g in self._nospace]
                     self._nospace.difference_update(full)
                     for g in missing:
-                        err = self._errors.pop(g, None)
-                        if err is not None and g in tried:
+                        since = asked.setdefault(g, self._attempts)
+                        attempt, err = self._errors.pop(g, (0, None))
+                        # only an attempt begun after this read asked is its verdict: an earlier one (a prefetch,
+                        # perhaps on a disk that was full then) gets one more, urgent, attempt first
+                        if err is not None and attempt > since:
                             raise err
-                        tried.add(g)  # a failed prefetch gets one more, urgent, attempt before its error is raised
                 if full:
                     if self._drop_window_pins(keep=gids):
                         stalled_since = None
@@ -183,12 +188,40 @@ class Fetcher:
         finally:
             self.metrics["wait_seconds"] += time.monotonic() - started
 
+    def with_room(self, fn: Callable[[], T]) -> T:
+        """`fn()` on a reader's thread, where fn writes a metadata file into the cache (a shard's index or
+        checksum sidecar): while the cache is full of pinned blocks (CacheFull), give up this process's
+        prefetch pins, then wait for other processes to move on, as a read of blocks does, up to stall_timeout.
+
+        Called outside the metadata locks fn takes: download threads need them to make progress."""
+        stalled_since: float | None = None
+        while True:
+            try:
+                return fn()
+            except CacheFull as e:
+                self._check_fork()
+                with self._owner:
+                    if self._drop_window_pins(keep=np.zeros(0, dtype=np.int64)):
+                        stalled_since = None
+                        continue
+                self._check_room(e.need, f"a metadata file of {e.need:,} bytes")
+                stalled_since = stalled_since or time.monotonic()
+                if time.monotonic() - stalled_since > self.stall_timeout:
+                    raise CacheError(f"{e} (waited {self.stall_timeout:g} s for other readers to release their "
+                                     "blocks)") from None
+                time.sleep(0.05)
+
+    def _check_room(self, need: int, what: str) -> None:
+        """Metadata alone leaving no room for `need` bytes can never be helped by waiting: say so at once."""
+        root, meta = self.cache.root, self._metadata_bytes()
+        if need + meta > root.limit:
+            raise CacheError(f"{root.path}: {what} does not fit in cache_limit {root.limit:,} beside the cached "
+                             f"metadata ({meta:,} bytes); raise cache_limit to at least {need + meta:,} bytes")
+
     def _check_fits(self, gids: np.ndarray) -> None:
         """A single read whose blocks exceed the whole cache can never proceed: say so at once."""
-        root = self.cache.root
+        root, meta = self.cache.root, self._metadata_bytes()
         need = int(self.cache.charge[gids].sum())
-        with root.locked():
-            meta = sum(ds.meta_bytes for ds in root._all_datasets())
         if need + meta > root.limit:
             raise CacheError(
                 f"{root.path}: one read touches {gids.size} cache blocks ({need:,} bytes with metadata "
@@ -196,6 +229,11 @@ class Fetcher:
                 f"{need + meta:,} bytes: with shuffle='block' a read draws from a whole shuffle group, so the cache "
                 "should hold two groups (block_samples × group_blocks samples each); with shuffle='full', the "
                 "whole dataset")
+
+    def _metadata_bytes(self) -> int:
+        """What every dataset in the cache directory charges for its metadata files (never evicted)."""
+        with self.cache.root.locked():
+            return sum(ds.meta_bytes for ds in self.cache.root._all_datasets())
 
     def _drop_window_pins(self, keep: np.ndarray) -> bool:
         """The cache cannot hold what a read needs: give up this process's prefetch pins (not `keep`)."""
@@ -229,7 +267,7 @@ class Fetcher:
                 if t is not threading.current_thread():
                     t.join(timeout)
 
-    def _next(self) -> tuple[int, int] | None:
+    def _next(self) -> tuple[int, int, int] | None:
         with self._cond:
             last_retry = time.monotonic()
             while True:
@@ -251,7 +289,8 @@ class Fetcher:
                     if self.ready[g] or g in self._busy or self.refs[g] == 0:
                         continue  # done, being fetched, or nobody wants it any more
                     self._busy.add(g)
-                    return prio, g
+                    self._attempts += 1
+                    return prio, g, self._attempts
                 self._cond.wait(timeout=_PARK_RETRY)
 
     def _work(self) -> None:
@@ -259,7 +298,7 @@ class Fetcher:
             job = self._next()
             if job is None:
                 return
-            prio, g = job
+            prio, g, attempt = job
             try:
                 self._fetch(g, prio)
             except CacheFull:  # no room for a metadata file the block needs: wait as for the block itself
@@ -267,7 +306,7 @@ class Fetcher:
                     (self._nospace if prio == URGENT else self._parked).add(g)
             except BaseException as e:  # handed to the reader that waits for this block
                 with self._cond:
-                    self._errors[g] = e
+                    self._errors[g] = (attempt, e)
             finally:
                 with self._cond:
                     self._busy.discard(g)

@@ -10,7 +10,9 @@ of every batch's input_ids), and every block the cache marks PRESENT must hold t
 
 The small cache found a bug (about one run in five): a download thread that needed a shard's checksum
 sidecar while other readers' pins filled the cache failed at once ("no room for 12,288 bytes of metadata")
-instead of waiting for room like a block; the last test reproduces it deterministically with two processes.
+instead of waiting for room like a block; `test_a_download_that_needs_a_sidecar_...` reproduces it
+deterministically with two processes, the tests after it the same on the reader's thread and a race of a
+failed prefetch with a read.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from shardkit.loader import Loader  # noqa: E402
 from shardkit.remote.blocks import RESERVED, charge_of  # noqa: E402
 from shardkit.remote.cache import CacheError, allocated_bytes, ofd_lock  # noqa: E402
 from shardkit.remote.dataset import RemoteConfig, open_remote_dataset  # noqa: E402
-from shardkit.remote.prefetch import PinSet  # noqa: E402
+from shardkit.remote.prefetch import GROUP, PinSet  # noqa: E402
 from shardkit.remote.retry import RetryPolicy  # noqa: E402
 from shardkit.writer import write_dataset  # noqa: E402
 
@@ -457,22 +459,81 @@ def test_a_download_that_needs_a_sidecar_while_other_processes_pin_the_cache_wai
     ds.close()
 
 
-@pytest.mark.xfail(strict=True, raises=CacheError, reason=(
-    "shardkit/remote/dataset.py RemoteShard.index -> _Remote.ensure_index -> _meta -> DatasetCache.reserve_meta "
-    "raises CacheFull at once on the reader's thread when other processes' pins fill the cache, instead of "
-    "waiting for room (dropping this process's prefetch pins) like Fetcher._wait does for a block; the wait "
-    "belongs outside _meta, which holds the shard's metadata lock that download threads need"))
+def test_a_prefetch_that_failed_before_a_read_asked_is_fetched_again_not_raised(remote, tmp_path):
+    """A prefetch that began before a read asked for its block and failed after it (its write hit a disk that
+    was full until just then) is not that read's verdict: the read fetches the block again. It was the read's
+    error now and then in the full-disk test (test_cache_full_disk.py), whose read starts right after the
+    disk is freed. An attempt begun after the read asked is its verdict: raised, not retried again."""
+    ds = _open(remote, tmp_path / "cache", 64 << 20)
+    f = ds.fetcher
+    real, begun, go, calls = f._download, threading.Event(), threading.Event(), []
+
+    def download(gid: int) -> bytes:  # the real download, except that the first one is held, then fails
+        calls.append(gid)
+        if len(calls) == 1:
+            begun.set()
+            go.wait(30)
+            raise CacheError("the cache's file system is full (an attempt begun before the read asked)")
+        if gid == bad:
+            raise CacheError("the cache's file system is full (the read's own attempt)")
+        return real(gid)
+
+    f._download = download
+    g, bad = int(ds.cache.blocks.base[1]) + 1, int(ds.cache.blocks.base[2])
+    prefetch = PinSet(f, GROUP)
+    prefetch.set(np.array([g]))
+    assert begun.wait(30)
+    got: list[BaseException | None] = []
+    reader = threading.Thread(target=lambda: got.append(_call(f.ensure, np.array([g]), PinSet(f, None))))
+    reader.start()
+    deadline = time.monotonic() + 30
+    while f.metrics["waits"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # the read is waiting for the block, which the held prefetch is fetching
+    go.set()
+    reader.join(30)
+    assert got == [None], f"the read failed with the earlier attempt's error: {got!r}"
+    assert calls == [g, g]
+    s, lo, hi = ds.cache.blocks.byte_range(g)
+    assert os.pread(ds.cache.data_fd(s), hi - lo, lo) == (
+        remote["local"] / ds.manifest.shards[s].bin_name).read_bytes()[lo:hi]
+    with pytest.raises(CacheError, match="the read's own attempt"):
+        f.ensure(np.array([bad]), PinSet(f, None))
+    assert calls == [g, g, bad]
+    ds.close()
+
+
 def test_a_shard_index_needed_while_other_processes_pin_the_cache_waits_for_room(remote, tmp_path):
     """The same on the reader's own thread: a shard's index (fetched whole when the loader first needs a
-    shard's documents: fields with document boundaries) while the cache has no room for it for a second."""
+    shard's documents: fields with document boundaries) while the cache has no room for it for a second. It
+    waits (Fetcher.with_room, outside the shard's metadata lock that download threads need); it was a
+    CacheError "no room for ... bytes of metadata" at once."""
     cache = tmp_path / "cache"
     with _holder(remote, cache) as (used, release):
         ds = _open(remote, cache, used + 4096)  # no room for shard 1's sidecar or index until the holder goes
         timer = threading.Timer(1.0, release)
+        started = time.monotonic()
         timer.start()
         try:
             lengths = ds.shards[1].index.lengths
         finally:
             timer.join()
+        waited = time.monotonic() - started
     assert int(lengths.sum()) == ds.manifest.shards[1].num_tokens
+    assert waited >= 0.9, f"the index was written after {waited:.2f} s, before the other process let go"
+    ds.close()
+
+
+def test_a_shard_index_that_can_never_fit_beside_the_metadata_is_a_clear_error_at_once(remote, tmp_path):
+    """Waiting cannot help where the metadata files alone leave no room: the error says so at once, with the
+    cache_limit that would do."""
+    cache = tmp_path / "cache"
+    ds = _open(remote, cache, 64 << 20)
+    meta = ds.cache.meta_bytes
+    ds.close()
+    ds = _open(remote, cache, meta + 4096)  # the sidecar of shard 1 alone is 12 KiB
+    started = time.monotonic()
+    with pytest.raises(CacheError, match=r"does not fit in cache_limit .* raise cache_limit to at least"):
+        ds.shards[1].index.lengths  # noqa: B018
+    assert time.monotonic() - started < 5
     ds.close()
