@@ -25,6 +25,8 @@ Printed, at seq_len 2,048 and 8,192:
     and for gutenberg 8,192: other seeds, global batches of 256 / 1024 over 8 / 64 ranks, and a
     cost-aware best-fit variant (padding and balance)
   * read amplification of an epoch, windows vs best-fit rows, page cache = 25 % of a 1 GB synthetic
+  * cold page cache (root only: the page cache is dropped): the 1 GB synthetic streamed by windows and by
+    best-fit rows from the row store (fields=["cu_seqlens"]) with and without page-cache hints
     dataset in a memory cgroup (skipped with --skip-reads)
 
     python benchmarks/bench_packing.py [--seconds 3] [--json out.json] [--skip-reads]
@@ -551,17 +553,59 @@ def read_amplification(cache: Path, cache_fraction: float = 0.25) -> list[dict]:
     return out
 
 
+COLD_BATCHES = 3000
+
+
+def cold_reads(cache: Path, batches: int = COLD_BATCHES) -> list[dict] | str:
+    """Batches 2..`batches` (64 rows of 2,048) of the 1 GB synthetic, each loader in a fresh process whose
+    page cache was dropped after the loader was made (its table and store built before): plain windows,
+    best-fit rows from the row store with fields=["cu_seqlens"], and the same without page-cache hints
+    (readahead=False). The first batch (numba's import, the first block's hash) is reported apart."""
+    if not os.access("/proc/sys/vm/drop_caches", os.W_OK):
+        return "skipped: dropping the page cache needs root"
+    token_dataset(ROOT / "bench-data" / "stream-1GB", 500_000_000, seed=1234)
+    out = []
+    for variant in ("windows", "store", "store, no hints"):
+        done = subprocess.run([sys.executable, __file__, "--cold-run", variant, str(cache), str(batches)],
+                              capture_output=True, text=True, check=True)
+        out.append(json.loads(done.stdout.splitlines()[-1]))
+    return out
+
+
+def _cold_run(variant: str, cache: Path, batches: int) -> dict:
+    options: dict = {"seq_len": 2048, "batch_schedule": 64, "seed": 1}
+    if variant != "windows":
+        options |= {"packing": "best_fit", "packing_cache_dir": str(cache), "packing_store": True,
+                    "fields": ["cu_seqlens"], "readahead": variant == "store"}
+    loader = Loader(ROOT / "bench-data" / "stream-1GB", **options)
+    subprocess.run(["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"], check=True)
+    it = iter(loader)
+    t0 = time.perf_counter()
+    next(it)
+    t1 = time.perf_counter()
+    for _ in range(batches - 1):
+        next(it)
+    t2 = time.perf_counter()
+    return {"variant": variant, "batches": batches, "first_batch_s": t1 - t0, "rest_s": t2 - t1,
+            "rest_tok_s": (batches - 1) * 64 * 2048 / (t2 - t1)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=3.0, help="per throughput figure")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--skip-reads", action="store_true", help="no read amplification (1 GB dataset, minutes)")
-    ap.add_argument("--only", choices=["throughput", "store"], default=None,
-                    help="just the throughput table (with the row store), or that and the store build")
+    ap.add_argument("--only", choices=["throughput", "store", "cold"], default=None,
+                    help="just the throughput table (with the row store), or that and the store build; or just "
+                         "the cold page cache reads")
     ap.add_argument("--build-store", nargs=2, metavar=("DATASET", "SEQ_LEN"), help=argparse.SUPPRESS)
+    ap.add_argument("--cold-run", nargs=3, metavar=("VARIANT", "CACHE", "BATCHES"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.build_store:  # one store build, in the fresh process store_build() starts
         print(json.dumps(_build_once(open_dataset(args.build_store[0]), int(args.build_store[1]))))
+        return
+    if args.cold_run:  # one cold loader, in the fresh process cold_reads() starts
+        print(json.dumps(_cold_run(args.cold_run[0], Path(args.cold_run[1]), int(args.cold_run[2]))))
         return
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     print(f"bench_packing  {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  commit {commit}  "
@@ -587,6 +631,9 @@ def main() -> None:
         for r in mem:
             print(f"  {r['way']:<38} {r['seconds']:6.1f} s   peak {r['peak_bytes'] / 2**20:7.1f} MiB = "
                   f"{r['peak_bytes_per_doc']:6.1f} bytes per document")
+    if args.only == "cold":
+        _print_cold(results, cache)
+        return _dump(args, results)
     results["throughput"] = tp = throughput(cache, args.seconds)
     print("\nstream throughput, batch 8, gutenberg (loaders alternated, best of 5 stretches), M tok/s")
     for r in tp:
@@ -671,7 +718,20 @@ def main() -> None:
             print(f"  {r['packing']:<9}: {r['amplification']:.3f}× ({r['read_bytes'] / 2**20:,.0f} MiB read of "
                   f"{r['data_bytes'] / 2**20:,.0f}; cgroup limit applied: {r['limited']}, cache emptied: "
                   f"{r['evicted']}; {r['seconds']:.0f} s)")
+        _print_cold(results, cache)
     _dump(args, results)
+
+
+def _print_cold(results: dict, cache: Path) -> None:
+    results["cold"] = cold = cold_reads(cache)
+    print(f"\ncold page cache, 1 GB synthetic, seq_len 2,048, batch 64: batches 2–{COLD_BATCHES:,} after dropping "
+          "the page cache (the first batch apart)")
+    if isinstance(cold, str):
+        print(f"  {cold}")
+        return
+    for r in cold:
+        print(f"  {r['variant']:<16} {r['rest_s']:5.2f} s = {r['rest_tok_s'] / 1e6:6.0f} M tok/s  (first batch "
+              f"{r['first_batch_s']:.2f} s)")
 
 
 def _dump(args: argparse.Namespace, results: dict) -> None:

@@ -30,9 +30,18 @@ from .identity import packed_identity, row_identity
 from .mapper import Mapper
 from .megatron_rows import MegatronInterleave, uses_megatron
 from .metrics import LoaderMetrics
-from .packed_rows import PackedReader, is_packed
+from .packed_rows import PackedReader, is_packed, store_files_read
 from .plan import Plan
-from .readahead import GroupHints, HintWorker, ReadMetrics, advise_hugepage, advise_random, hint_rows
+from .readahead import (
+    GroupHints,
+    HintWorker,
+    ReadMetrics,
+    advise_hugepage,
+    advise_random,
+    hint_rows,
+    hint_store_rows,
+)
+from .row_store import ROW_FILES
 from .skips import SkipMap
 from .verify_read import CorruptPolicy, ReadVerifier
 
@@ -69,6 +78,8 @@ class Engine:
         ds_index = {id(d): i for i, d in enumerate(datasets)}
         advice: dict[int, Any] = {}
         shared = {id(d) for d in datasets if sum(plan.sources[n].dataset is d for n in plan.names) > 1}
+        # rows from row stores: the store files their items read (tokens; positions and masks when carried)
+        store_files = tuple(ROW_FILES[k] for k in store_files_read(read.fields))
         for key, stream in plan.streams.items():
             ds = stream.windows.dataset
             self.reads[key] = ReadMetrics()
@@ -79,7 +90,8 @@ class Engine:
             # evicting a finished group from the page cache would drop pages another source of the files reads
             evict = read.release == "evict" and id(ds) not in shared
             self.hints[key] = GroupHints(stream, self._worker, self.reads[key], local=read.readahead,
-                                         whole_groups=not multi_rank, evict=evict, remote=remote)
+                                         whole_groups=not multi_rank, evict=evict, remote=remote,
+                                         store_files=store_files)
             d = ds_index[id(ds)]
             if stream.order.mode is ShuffleMode.FULL or multi_rank:
                 # last word: no kernel read-around on a fault where the rows read are sparse (full shuffle,
@@ -237,9 +249,9 @@ class Engine:
                 sel = rows.rows_of(j)
                 gate.upcoming(rows.gid[sel] - stream.windows.gid_base, rows.local[sel])
         # several ranks: hint this rank's own upcoming rows, about two shuffle groups' share ahead of delivery
-        # (rows read from row stores: the dataset's pages are not read, so they are not hinted either)
-        ahead = self._rows_ahead(rows) if self.placement.world_size > 1 and self.read.readahead and \
-            not self.packed.from_stores(rows) else 0
+        # (rows read from row stores: their pages in the stores' files, never the dataset's, which they do not read)
+        ahead = self._rows_ahead(rows) if self.placement.world_size > 1 and self.read.readahead else 0
+        stored_rows = ahead and self.packed.from_stores(rows)
         hinted_upto = 0
         def metrics_of(j: int) -> ReadMetrics:
             return self.reads[(j, p.seq_len)]
@@ -261,6 +273,8 @@ class Engine:
         reads = (epochs_first, bounds, micros == 0, blocks, row_bytes, self._num_blocks)
         delivered = self.metrics.open_chunk(phase, per_item, reads)  # [items handed out]: one store per item
         packed = is_packed(rows)
+        files_read = store_files_read(fields) if packed else ()
+        names_read = tuple(ROW_FILES[k] for k in files_read)
         plain = not packed and not fields.needs_docs and not fields.loss_mask and not fields.row_identity
         tokens_only = fields.tokens_only
         row_identity = fields.row_identity
@@ -296,9 +310,14 @@ class Engine:
             a, z = bl[i], bl[i + 1]
             if ahead and z + ahead > hinted_upto:
                 stop = min(rows.size, z + 2 * ahead)
-                hint_rows(self._worker, rows.slice(hinted_upto, stop), metrics_of, itemsize, width)
+                if stored_rows:
+                    hint_store_rows(self._worker, rows.slice(hinted_upto, stop), metrics_of, names_read)
+                else:
+                    hint_rows(self._worker, rows.slice(hinted_upto, stop), metrics_of, itemsize, width)
                 hinted_upto = stop
             if z > slab_end:  # item i starts the next slab
+                if packed:  # (set per slab: another iterator of this engine may read other fields meanwhile)
+                    self.packed.store_files = files_read
                 slab_base, slab_end = slab_bounds[next_slab], slab_bounds[next_slab + 1]
                 slab_item = slab_first_item[next_slab]
                 # rows and their boundaries straight from a row store (None: read as any slab, below)

@@ -27,10 +27,10 @@ from .pack_table import cached_table
 from .packed_fields import packed_fields, segment_starts
 from .packing import PackingStrategy, PackSpec, PackTable, concat_ranges
 from .plan import Rows
-from .row_store import RowStore, cached_store
+from .row_store import ALL_ROW_FILES, RowStore, cached_store
 from .windows import Windows
 
-__all__ = ["PackedReader", "PackedWindows", "is_packed", "windows_factory"]
+__all__ = ["PackedReader", "PackedWindows", "is_packed", "store_files_read", "windows_factory"]
 
 SLAB_BYTES = 256 << 10  # as the engine's slabs of windows: two live slabs stay in L2
 STORE_SLAB_BYTES = 1 << 20  # whole stored rows with no per-token field (`PackedReader.slab_bytes`)
@@ -93,6 +93,14 @@ class PackedWindows(Windows):
             lo.append(int(t.start[pa:pz].min()))
             hi.append(int((t.start[pa:pz] + t.length[pa:pz]).max()))
         return super().token_ranges(np.array(lo, np.int64), np.array(hi, np.int64))
+
+
+def store_files_read(fields: BatchFields) -> tuple[int, ...]:
+    """The row store files that items with `fields` read (indexes into `row_store.ROW_FILES`): the tokens,
+    and the stored positions and masks when packed rows carry position_ids and loss_mask. Only these are
+    hashed and hinted: a varlen trainer (`fields=["cu_seqlens"]`) reads 2 bytes a token, not 5."""
+    f = fields.for_packed_rows
+    return (0, *((1,) if f.position_ids else ()), *((2,) if f.loss_mask else ()))
 
 
 def is_packed(rows: Rows) -> bool:
@@ -344,6 +352,7 @@ class PackedReader:
         self.dtype = np.dtype(dtype)
         self._slab: _Slab | _StoreSlab | None = None
         self._bounds: _Boundaries | None = None  # the current chunk's stored rows' cu_seqlens
+        self.store_files = ALL_ROW_FILES  # the row store files the current chunk's items read (`store_files_read`)
 
     @staticmethod
     def from_stores(rows: Rows) -> bool:
@@ -425,15 +434,15 @@ class PackedReader:
         return out
 
     def _checked(self, parts: list[tuple[Any, PackedWindows, np.ndarray]]) -> bool:
-        """Whether every part is read from a store that holds intact rows for the slab (blocks hashed on first
-        read); a damaged store is moved aside to be rebuilt on the next open, and the slab read from the
-        dataset."""
+        """Whether every part is read from a store that holds intact rows for the slab in the files its items
+        read (`store_files`; blocks hashed on first read); a damaged store is moved aside to be rebuilt on the
+        next open, and the slab read from the dataset."""
         for _, pw, ids in parts:
             store = pw.store
             if store is None:
                 return False
             try:
-                store.check(ids)
+                store.check(ids, self.store_files)
             except IntegrityError as e:
                 warnings.warn(f"row store {store.directory} is damaged, reading its rows from the dataset (it "
                               f"is rebuilt when next opened): {e}", RuntimeWarning, stacklevel=2)

@@ -8,7 +8,9 @@ cache too). With several ranks each rank reads only its slice of every batch, so
 its own upcoming rows (`hint_rows`, once per planned chunk): W nodes no longer each read every group.
 
 Every hint goes to the mapping the loader reads (`Mapper.peek`); a shard not mapped yet is hinted through
-its file (POSIX_FADV_WILLNEED on a descriptor opened and closed at once), never mapped by the worker.
+its file (POSIX_FADV_WILLNEED on a descriptor opened and closed at once), never mapped by the worker. Rows
+read from a row store are hinted in the store's own files (`StoreFile`: a block's rows are stored
+contiguously), never the dataset's, which those rows do not read.
 Hints run on one thread per loader, in submission order, from a bounded queue (advisory prefetches are
 dropped first when it is full; releases never are), so the thread count is constant whatever the number
 of groups. A hint that fails is dropped: the loader's own read of the same bytes reports the problem.
@@ -25,14 +27,15 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from .mapper import Mapper
 from .plan import Rows, Stream
 
-__all__ = ["GroupHints", "HintWorker", "ReadMetrics", "advise_hugepage", "advise_random", "hint_rows"]
+__all__ = ["GroupHints", "HintWorker", "ReadMetrics", "StoreFile", "advise_hugepage", "advise_random",
+           "hint_rows", "hint_store_rows"]
 
 _PAGE = mmap.PAGESIZE
 # MADV_POPULATE_READ (Linux ≥ 5.14) also fills the page tables, so the loader thread takes no faults;
@@ -153,8 +156,16 @@ class ReadMetrics:
         }
 
 
-# a task: (kind, metrics, global shard id, byte start, byte length); kind "prefetch", "release" or "evict"
-_Task = tuple[str, ReadMetrics, int, int, int]
+class StoreFile(NamedTuple):
+    """A row store's file as a hint addresses it: its mapping (held without a descriptor) and its path."""
+
+    array: np.ndarray
+    path: str
+
+
+# a task: (kind, metrics, global shard id or a row store's file, byte start, byte length); kind "prefetch",
+# "release" or "evict"
+_Task = tuple[str, ReadMetrics, "int | StoreFile", int, int]
 
 
 class _Queue:
@@ -194,29 +205,38 @@ def _run(q: _Queue) -> None:
 
 
 def _execute(q: _Queue, task: _Task) -> None:
-    kind, metrics, gid, start, length = task
-    mapping = q.mapper.peek(gid)
+    kind, metrics, target, start, length = task
+    if isinstance(target, StoreFile):
+        tokens: np.ndarray | None = target.array
+    else:
+        mapping = q.mapper.peek(target)
+        tokens = None if mapping is None else mapping.tokens
     if kind == "prefetch":
-        if mapping is not None:
-            n = min(length, mapping.tokens.nbytes - start)
+        if tokens is not None:
+            n = min(length, tokens.nbytes - start)
             advice = _POPULATE_READ if q.populate_ok else mmap.MADV_WILLNEED
-            if not _advise_range(mapping.tokens, start, n, advice):
+            if not _advise_range(tokens, start, n, advice):
                 if advice != _POPULATE_READ:
                     return
                 q.populate_ok = False
-                if not _advise_range(mapping.tokens, start, n, mmap.MADV_WILLNEED):
+                if not _advise_range(tokens, start, n, mmap.MADV_WILLNEED):
                     return
             metrics.bytes_prefetched += max(n, 0)
-        elif _fadvise(q.mapper, gid, start, length, os.POSIX_FADV_WILLNEED):
+        elif _fadvise(q.mapper, target, start, length, os.POSIX_FADV_WILLNEED):  # type: ignore[arg-type]
             metrics.bytes_prefetched += length
         return
     released = 0
-    if mapping is not None:
-        n = min(length, mapping.tokens.nbytes - start)
-        if _advise_range(mapping.tokens, start, n, mmap.MADV_DONTNEED):
+    if tokens is not None:
+        n = min(length, tokens.nbytes - start)
+        if _advise_range(tokens, start, n, mmap.MADV_DONTNEED):
             released = n
-    if kind == "evict" and _fadvise(q.mapper, gid, start, length, os.POSIX_FADV_DONTNEED):
-        released = max(released, length)
+    if kind == "evict":
+        if isinstance(target, StoreFile):
+            evicted = _fadvise_path(target.path, start, length, os.POSIX_FADV_DONTNEED)
+        else:
+            evicted = _fadvise(q.mapper, target, start, length, os.POSIX_FADV_DONTNEED)
+        if evicted:
+            released = max(released, length)
     metrics.bytes_released += released
 
 
@@ -227,8 +247,12 @@ def _fadvise(mapper: Mapper, gid: int, start: int, length: int, advice: int) -> 
         return False  # not decompressed yet: the loader's first read makes the local copy
     if getattr(mapper.datasets[mapper.dataset_of(gid)], "remote", False):
         return False  # a remote shard's bytes come through its block cache (GroupPrefetch)
+    return _fadvise_path(shard.bin_path, start, length, advice)
+
+
+def _fadvise_path(path: Any, start: int, length: int, advice: int) -> bool:
     try:
-        fd = os.open(shard.bin_path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
         return False
     try:
@@ -297,10 +321,15 @@ class HintWorker:
         return self._thread is not None and self._thread.is_alive()
 
 
-def _block_tasks(kind: str, stream: Stream, blocks: np.ndarray, metrics: ReadMetrics) -> list[_Task]:
-    """Tasks over the tokens of shuffle blocks (block j is samples [j·bs, (j+1)·bs), +1 token), page-aligned."""
+def _block_tasks(kind: str, stream: Stream, blocks: np.ndarray, metrics: ReadMetrics,
+                 store_files: tuple[str, ...] = ("tokens",)) -> list[_Task]:
+    """Tasks over the tokens of shuffle blocks (block j is samples [j·bs, (j+1)·bs), +1 token), page-aligned;
+    for rows read from a row store, over those rows in the store's files `store_files`."""
     if not blocks.size:
         return []
+    store = getattr(stream.windows, "store", None)
+    if store is not None:
+        return _store_tasks(kind, store, store_files, stream.order.block, blocks, metrics)
     bt = stream.order.block * stream.seq_len
     first = np.sort(blocks) * bt
     item = stream.windows.dataset.dtype.itemsize
@@ -312,13 +341,41 @@ def _block_tasks(kind: str, stream: Stream, blocks: np.ndarray, metrics: ReadMet
     return out
 
 
+def _store_tasks(kind: str, store: Any, names: tuple[str, ...], block_rows: int, blocks: np.ndarray,
+                 metrics: ReadMetrics) -> list[_Task]:
+    """Tasks over the rows of shuffle blocks in a row store's files (a block's rows are contiguous there)."""
+    lo = np.unique(blocks) * block_rows
+    return _row_range_tasks(kind, store, names, lo, np.minimum(lo + block_rows, store.rows), metrics)
+
+
+def _row_range_tasks(kind: str, store: Any, names: tuple[str, ...], lo: np.ndarray, hi: np.ndarray,
+                     metrics: ReadMetrics) -> list[_Task]:
+    """Tasks over rows [lo[i], hi[i]) (ascending, disjoint) of a row store's files `names`, page-aligned;
+    ranges that touch or share a page are one task."""
+    out: list[_Task] = []
+    for name in names:
+        array = getattr(store, name)
+        file = StoreFile(array, str(store.directory / f"{name}.bin"))
+        row_bytes = array.strides[0]
+        start, end = lo * row_bytes, hi * row_bytes
+        start -= start % _PAGE
+        heads = np.flatnonzero(np.r_[True, start[1:] > end[:-1]])  # a range not touching the one before
+        tails = np.r_[heads[1:], start.size] - 1
+        for a, z in zip(start[heads].tolist(), end[tails].tolist()):
+            if z > a:
+                out.append((kind, metrics, file, a, z - a))
+    return out
+
+
 class GroupHints:
     """What one stream hints when delivery enters a shuffle group: the group and the next one (one rank),
     releases of the groups before it, or the remote cache's downloads (`GroupPrefetch`)."""
 
     def __init__(self, stream: Stream, worker: HintWorker, metrics: ReadMetrics, *, local: bool,
-                 whole_groups: bool, evict: bool, remote: Any = None) -> None:
+                 whole_groups: bool, evict: bool, remote: Any = None, store_files: tuple[str, ...] = ("tokens",)
+                 ) -> None:
         self.stream = stream
+        self.store_files = store_files  # a row store's files the rows read (tokens; positions and masks too)
         self.worker = worker
         self.metrics = metrics
         self.local = local and HINTS_AVAILABLE
@@ -359,12 +416,31 @@ class GroupHints:
         self._held.append((epoch, group, blocks))
         tasks: list[_Task] = []
         for old in release:
-            tasks += _block_tasks(self.release_kind, self.stream, old, self.metrics)
+            tasks += _block_tasks(self.release_kind, self.stream, old, self.metrics, self.store_files)
         if self.whole_groups:
             todo = np.array(sorted(set(wanted.tolist()) - self._hinted), dtype=np.int64)  # hint each block once
             self._hinted.update(todo.tolist())
-            tasks += _block_tasks("prefetch", self.stream, todo, self.metrics)
+            tasks += _block_tasks("prefetch", self.stream, todo, self.metrics, self.store_files)
         self.worker.submit(tasks)
+
+
+def hint_store_rows(worker: HintWorker, rows: Rows, metrics_of: Callable[[int], ReadMetrics],
+                    names: tuple[str, ...]) -> int:
+    """`hint_rows` for rows read from row stores: the pages of the chunk's own rows in the stores' files
+    `names` (several ranks: only this rank's share); returns bytes hinted."""
+    if not rows.size or not HINTS_AVAILABLE:
+        return 0
+    tasks: list[_Task] = []
+    for j, stream in rows.streams.items():
+        store = getattr(stream.windows, "store", None)
+        ids = np.unique(rows.ids[rows.src == j]) if len(rows.streams) > 1 else np.unique(rows.ids)
+        if store is None or not ids.size:
+            continue
+        new = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1] + 1])  # runs of consecutive rows
+        ends = ids[np.r_[new[1:], ids.size] - 1] + 1
+        tasks += _row_range_tasks("prefetch", store, names, ids[new], ends, metrics_of(j))
+    worker.submit(tasks)
+    return sum(t[4] for t in tasks)
 
 
 def hint_rows(worker: HintWorker, rows: Rows, metrics_of: Callable[[int], ReadMetrics], itemsize: int,

@@ -48,13 +48,15 @@ from .pack_table import SPACE_HINT, TABLE_VERSION, default_cache_dir, table_dir
 from .packed_fields import packed_fields
 from .packing import PackSpec, PackTable, concat_ranges
 
-__all__ = ["STORE_VERSION", "RowStore", "build_store", "cached_store", "open_store", "store_dir"]
+__all__ = ["ALL_ROW_FILES", "ROW_FILES", "STORE_VERSION", "RowStore", "build_store", "cached_store", "open_store",
+           "store_dir"]
 
 STORE_VERSION = 2  # 2: segment lengths and each row's longest (1: segment starts)
 # rows are written and verified this many bytes of tokens at a time: one block's xxh3 takes ~0.3 ms
 BLOCK_BYTES = 4 << 20
 _KEEP_MAPPED = 8  # shard mappings the build holds at once
-_ROW_FILES = ("tokens", "pos", "mask")
+ROW_FILES = ("tokens", "pos", "mask")  # the row files, numbered so by `RowStore.check`
+ALL_ROW_FILES = (0, 1, 2)
 _SEG_FILES = ("seg", "seg_ptr", "seg_max")
 _SMALL_FILES = (*_SEG_FILES, "sums")
 
@@ -107,13 +109,13 @@ def _write_store(tmp: Path, dataset: Dataset, table: PackTable, spec: PackSpec) 
     dtype = np.dtype(dataset.dtype)
     pos_dtype = _pos_dtype(width)
     block_rows = max(1, BLOCK_BYTES // (width * dtype.itemsize))
-    sums = np.zeros((-(-n // block_rows), len(_ROW_FILES)), dtype="<u8")
+    sums = np.zeros((-(-n // block_rows), len(ROW_FILES)), dtype="<u8")
     fields = BatchFields(position_ids=True, cu_seqlens=True, loss_mask=True)
     doc_mask = BatchFields(position_ids=False, cu_seqlens=False, loss_mask=True, mask_doc_boundary=True)
     seg_total = 0
     maps: dict[int, np.ndarray] = {}
     with contextlib.ExitStack() as stack:
-        files = {name: stack.enter_context(synced_file(tmp / f"{name}.bin")) for name in (*_ROW_FILES, *_SEG_FILES)}
+        files = {name: stack.enter_context(synced_file(tmp / f"{name}.bin")) for name in (*ROW_FILES, *_SEG_FILES)}
         files["seg_ptr"].write(np.zeros(1, "<i8").tobytes())
         for b, a in enumerate(range(0, n, block_rows)):
             z = min(n, a + block_rows)
@@ -134,7 +136,7 @@ def _write_store(tmp: Path, dataset: Dataset, table: PackTable, spec: PackSpec) 
             seg_row = cu[:-1] // seq_len  # every row begins a segment at its slot 0, so none is empty
             lens = np.diff(cu)
             rows_parts = {"tokens": tokens, "pos": f["position_ids"].astype(pos_dtype), "mask": m}
-            for k, name in enumerate(_ROW_FILES):
+            for k, name in enumerate(ROW_FILES):
                 data = np.ascontiguousarray(rows_parts[name]).tobytes()
                 files[name].write(data)
                 sums[b, k] = xxhash.xxh3_64_intdigest(data)
@@ -170,43 +172,46 @@ class RowStore:
         self.seg = self._map("seg", np.dtype("<i4"))
         self.seg_ptr = self._map("seg_ptr", np.dtype("<i8"))
         self.seg_max = self._map("seg_max", np.dtype("<i4"))
-        self.sums = self._map("sums", np.dtype("<u8")).reshape(-1, len(_ROW_FILES))
-        self.verified = np.zeros(self.sums.shape[0], dtype=bool)
+        self.sums = self._map("sums", np.dtype("<u8")).reshape(-1, len(ROW_FILES))
+        self.verified = np.zeros(self.sums.shape, dtype=bool)  # (block, row file) hashed in this process
         self._sized_at = -CHECK_VALID_NS - 1  # monotonic ns of the last size check of the row files
-        self.all_verified = self.sums.shape[0] == 0
+        self.all_verified = [self.sums.shape[0] == 0] * len(ROW_FILES)  # per row file
 
     def _map(self, name: str, dtype: np.dtype) -> np.ndarray:
         raw, self._files[name] = map_readonly(self.directory / f"{name}.bin")
         return raw.view(dtype)  # sizes were checked by open_store
 
-    def check(self, ids: np.ndarray) -> None:
-        """Hash the blocks under rows `ids` not hashed yet in this process (`IntegrityError` on a mismatch),
-        after one stat per row file (a store truncated under the mapping raises here instead of SIGBUS; as
-        the dataset's shards, at most once per `CHECK_VALID_NS`)."""
+    def check(self, ids: np.ndarray, files: tuple[int, ...] = ALL_ROW_FILES) -> None:
+        """Hash the blocks under rows `ids` of the row files `files` (indexes into `ROW_FILES`: what the read
+        takes; a reader of boundaries only never hashes positions and masks) not hashed yet in this process
+        (`IntegrityError` on a mismatch), after one stat per row file (a store truncated under the mapping
+        raises here instead of SIGBUS; as the dataset's shards, at most once per `CHECK_VALID_NS`)."""
         t = time.monotonic_ns()
         if t - self._sized_at > CHECK_VALID_NS:
-            for name in _ROW_FILES:
+            for name in ROW_FILES:
                 path = self.directory / f"{name}.bin"
                 now = self._files[name].changed_size(path)
                 if now is not None:
                     raise IntegrityError(str(path), f"row store file changed size under the reader (now "
                                          f"{now:,} bytes, was {self._files[name].size:,})")
             self._sized_at = t
-        if self.all_verified:
+        files = tuple(k for k in files if not self.all_verified[k])
+        if not files:
             return
         blocks = np.unique(np.asarray(ids, dtype=np.int64) // self.block_rows)
-        todo = blocks[~self.verified[blocks]].tolist()
-        for b in todo:
-            a, z = b * self.block_rows, min(self.rows, (b + 1) * self.block_rows)
-            for k, (name, arr) in enumerate(zip(_ROW_FILES, (self.tokens, self.pos, self.mask))):
-                actual = xxhash.xxh3_64_intdigest(memoryview(arr[a:z]).cast("B"))
+        arrays = (self.tokens, self.pos, self.mask)
+        for k in files:
+            todo = blocks[~self.verified[blocks, k]].tolist()
+            for b in todo:
+                a, z = b * self.block_rows, min(self.rows, (b + 1) * self.block_rows)
+                actual = xxhash.xxh3_64_intdigest(memoryview(arrays[k][a:z]).cast("B"))
                 if actual != int(self.sums[b, k]):
-                    raise IntegrityError(str(self.directory / f"{name}.bin"),
+                    raise IntegrityError(str(self.directory / f"{ROW_FILES[k]}.bin"),
                                          f"row store block {b} (rows {a:,}–{z - 1:,}) does not match its checksum",
                                          expected=f"{int(self.sums[b, k]):016x}", actual=f"{actual:016x}")
-            self.verified[b] = True
-        if todo and self.verified.all():
-            self.all_verified = True
+                self.verified[b, k] = True
+            if todo and self.verified[:, k].all():
+                self.all_verified[k] = True
 
     def discard(self) -> None:
         """Move this (damaged) store aside so the next open builds it again; another process that got there

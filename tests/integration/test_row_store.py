@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from shardkit import Loader, MixtureLoader, Piecewise
 from shardkit.engine import packed_rows
 from shardkit.engine.packing import PackSpec
-from shardkit.engine.row_store import STORE_VERSION, store_dir
+from shardkit.engine.row_store import ROW_FILES, STORE_VERSION, store_dir
 from shardkit.errors import ConfigError
 from shardkit.format.dataset import open_dataset
 from shardkit.writer import write_dataset
@@ -230,6 +230,33 @@ def test_bit_flip_in_the_rows_is_found_and_the_store_rebuilt(corpus, tmp_path, f
     assert _store(corpus, cache).exists()
 
 
+@pytest.mark.parametrize("name,fields,found", [
+    ("pos.bin", None, True), ("pos.bin", ["cu_seqlens"], False), ("pos.bin", ["position_ids"], True),
+    ("mask.bin", ["position_ids"], False), ("mask.bin", ["cu_seqlens", "loss_mask"], True)])
+def test_a_reader_hashes_only_the_store_files_its_batches_read(corpus, tmp_path, name, fields, found):
+    """Row store blocks are hashed on first read, per file: a varlen trainer (`["cu_seqlens"]`) hashes and
+    reads 2 bytes a token, not 5. A damaged file the batches read is found (the store set aside, the rows
+    read from the dataset); one they never read is never served, and the store stays."""
+    cache = tmp_path / "cache"
+    want = _batches(_loader(corpus, cache, fields=fields), 60)  # more than an epoch: every block is read
+    _batches(_loader(corpus, cache, packing_store=True), 1)
+    path = _store(corpus, cache) / name
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    path.write_bytes(bytes(data))
+    loader = _loader(corpus, cache, packing_store=True, fields=fields)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = _batches(loader, 60)
+    assert any("damaged" in str(w.message) for w in caught) == found, [str(w.message) for w in caught]
+    for a, b in zip(want, got):
+        assert_same_batch(a, b)
+    assert _store(corpus, cache).exists() != found
+    if not found:
+        verified = loader.engine.plan.streams[(0, SEQ)].windows.store.verified
+        assert verified[:, 0].all() and not verified[:, ROW_FILES.index(name[:-4])].any()
+
+
 @pytest.mark.parametrize("name", ["tokens.bin", "pos.bin", "mask.bin", "seg.bin", "seg_ptr.bin", "seg_max.bin"])
 def test_truncated_store_is_rebuilt_with_a_warning(corpus, tmp_path, name):
     cache = tmp_path / "cache"
@@ -275,12 +302,43 @@ def test_packing_store_needs_packed_rows(corpus):
 
 
 def test_a_stored_stream_hints_no_dataset_pages(corpus, tmp_path):
-    """Group hints (read-ahead, eviction) address the dataset's shards; rows read from the store need none."""
+    """Group hints (read-ahead, eviction) address the dataset's shards; rows read from the store need none of
+    them (they are hinted in the store's files instead)."""
     cache = tmp_path / "cache"
     gathered = _loader(corpus, cache).engine.plan.streams[(0, SEQ)].windows
     stored = _loader(corpus, cache, packing_store=True).engine.plan.streams[(0, SEQ)].windows
     first, stop = np.array([0]), np.array([16 * SEQ + 1])
     assert gathered.token_ranges(first, stop) and stored.token_ranges(first, stop) == []
+
+
+@pytest.mark.parametrize("fields,files", [(["cu_seqlens"], ("tokens",)), (None, ("tokens", "pos", "mask"))],
+                         ids=["boundaries-only", "every-field"])
+def test_a_stored_stream_hints_and_releases_its_own_store_rows(corpus, tmp_path, fields, files):
+    """One rank, block shuffle: entering a group hints the store rows of that group and the next in the files
+    the batches read (tokens; positions and masks too unless only boundaries are asked for), each block once,
+    and releases the groups left behind — what windows get for the dataset's pages. The batches are those of
+    a loader without hints."""
+    cache = tmp_path / "cache"
+    kw = {"packing_store": True} | ({"fields": fields} if fields else {})
+    want = _batches(_loader(corpus, cache, readahead=False, **kw), 20)
+    loader = _loader(corpus, cache, **kw)
+    it = iter(loader)
+    got = [next(it)]
+    loader.engine.wait_hints()
+    stream = loader.engine.plan.streams[(0, SEQ)]
+    store, order = stream.windows.store, stream.order
+    metrics = loader.engine.reads[(0, SEQ)]
+    blocks = np.unique(np.concatenate([order.blocks_of_group(0, 0), order.blocks_of_group(*order.group_after(0, 0))]))
+    rows = sum(min(store.rows, (b + 1) * order.block) - b * order.block for b in blocks.tolist())
+    row_bytes = sum(getattr(store, name).strides[0] for name in files)
+    page = os.sysconf("SC_PAGE_SIZE")
+    assert rows * row_bytes <= metrics.bytes_prefetched <= rows * row_bytes + blocks.size * len(files) * page
+    assert metrics.bytes_released == 0
+    got += [next(it) for _ in range(19)]  # 160 rows: five groups of 32
+    loader.engine.wait_hints()
+    assert metrics.groups_entered >= 5 and metrics.bytes_released > 0
+    for a, b in zip(want, got):
+        assert_same_batch(a, b)
 
 
 @READ_FIELDS
@@ -312,14 +370,21 @@ def test_opening_stores_holds_no_descriptor(corpus, tmp_path):
     assert len(os.listdir("/proc/self/fd")) - before < 10
 
 
-def test_several_ranks_reading_the_store_hint_no_dataset_page(corpus):
-    """Rows from the store never read the dataset's shards, so no rank prefetches their pages (a hint would
-    read data nothing uses); the same rows gathered from the dataset are hinted."""
-    def prefetched(**kw):
+def test_several_ranks_reading_the_store_hint_their_own_store_rows_never_a_dataset_page(corpus):
+    """Rows from the store never read the dataset's shards: each rank prefetches the pages of its own upcoming
+    rows in the store's files (the tokens; the stored positions and masks too when its batches carry them),
+    never a dataset page; the same rows gathered from the dataset hint the dataset's shards."""
+    def hinted(**kw):
         loader = _loader(corpus, rank=3, world_size=4, batch_schedule=16, **kw)
+        worker, targets = loader.engine._worker, []
+        submit = worker.submit
+        worker.submit = lambda tasks: (targets.extend(t[2] for t in tasks), submit(tasks))
         _batches(loader, 40)
         loader.engine.wait_hints()
-        return sum(m.bytes_prefetched for m in loader.engine.reads.values())
+        return targets, sum(m.bytes_prefetched for m in loader.engine.reads.values())
 
-    assert prefetched() > 0
-    assert prefetched(packing_store=True) == 0
+    targets, prefetched = hinted()
+    assert prefetched > 0 and targets and all(isinstance(t, int) for t in targets)  # dataset shard ids
+    for fields, names in ((["cu_seqlens"], {"tokens.bin"}), (None, {"tokens.bin", "pos.bin", "mask.bin"})):
+        targets, prefetched = hinted(packing_store=True, **({"fields": fields} if fields else {}))
+        assert prefetched > 0 and {os.path.basename(t.path) for t in targets} == names

@@ -1,13 +1,25 @@
 """Page-cache hints: each block hinted once while held, finished groups released, upcoming ones never."""
 
+import mmap
 import threading
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shardkit.engine.mapper import Mapper
 from shardkit.engine.plan import Stream
-from shardkit.engine.readahead import HINTS_AVAILABLE, GroupHints, HintWorker, ReadMetrics, _block_tasks
+from shardkit.engine.readahead import (
+    HINTS_AVAILABLE,
+    GroupHints,
+    HintWorker,
+    ReadMetrics,
+    _block_tasks,
+    _row_range_tasks,
+)
 from shardkit.engine.windows import Windows
 from shardkit.format import open_dataset
 from shardkit.order import SampleOrder, ShuffleConfig
@@ -208,3 +220,29 @@ def test_mappings_are_advised_for_the_shuffle_mode(tmp_path, shuffle, flag):
     assert flags and all(flag in f for f in flags), flags
     other = {"hg": "rr", "rr": "hg"}[flag]
     assert not any(other in f for f in flags)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ids=st.lists(st.integers(0, 299), min_size=1, max_size=60), width=st.sampled_from([7, 65, 2049]),
+       name=st.sampled_from(["tokens", "mask"]))
+def test_store_row_hints_cover_exactly_the_pages_of_the_rows(ids, width, name):
+    """The hints of rows read from a row store: page-aligned, ascending, disjoint ranges of the named file
+    covering every page the rows touch and no other (rows of consecutive ids are one run, as hint_store_rows
+    makes them)."""
+    store = SimpleNamespace(tokens=np.zeros((300, width), np.uint16), mask=np.zeros((300, width - 1), np.uint8),
+                            directory=Path("store"), rows=300)
+    ids = np.unique(ids)
+    new = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1] + 1])
+    ends = ids[np.r_[new[1:], ids.size] - 1] + 1
+    tasks = _row_range_tasks("prefetch", store, (name,), ids[new], ends, ReadMetrics())
+    array, page = getattr(store, name), mmap.PAGESIZE
+    row_bytes = array.strides[0]
+    want = {p for r in ids.tolist() for p in range(r * row_bytes // page, -(-(r + 1) * row_bytes // page))}
+    got: set[int] = set()
+    last_end = -1
+    for kind, _, file, start, length in tasks:
+        assert kind == "prefetch" and file.array is array and file.path == str(Path("store") / f"{name}.bin")
+        assert start % page == 0 and start > last_end and length > 0
+        got |= set(range(start // page, -(-(start + length) // page)))
+        last_end = start + length
+    assert got == want
