@@ -25,9 +25,10 @@ Printed, at seq_len 2,048 and 8,192:
     and for gutenberg 8,192: other seeds, global batches of 256 / 1024 over 8 / 64 ranks, and a
     cost-aware best-fit variant (padding and balance)
   * read amplification of an epoch, windows vs best-fit rows, page cache = 25 % of a 1 GB synthetic
-  * cold page cache (root only: the page cache is dropped): the 1 GB synthetic streamed by windows and by
-    best-fit rows from the row store (fields=["cu_seqlens"]) with and without page-cache hints
     dataset in a memory cgroup (skipped with --skip-reads)
+  * cold page cache (root only: the page cache is dropped; skipped with --skip-reads): the 1 GB synthetic
+    streamed by windows and by best-fit rows from the row store (fields=["cu_seqlens"]) with and without
+    page-cache hints
 
     python benchmarks/bench_packing.py [--seconds 3] [--json out.json] [--skip-reads]
 """

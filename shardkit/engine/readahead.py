@@ -433,7 +433,7 @@ def hint_store_rows(worker: HintWorker, rows: Rows, metrics_of: Callable[[int], 
     tasks: list[_Task] = []
     for j, stream in rows.streams.items():
         store = getattr(stream.windows, "store", None)
-        ids = np.unique(rows.ids[rows.src == j]) if len(rows.streams) > 1 else np.unique(rows.ids)
+        ids = np.unique(rows.ids[rows.rows_of(j)])
         if store is None or not ids.size:
             continue
         new = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1] + 1])  # runs of consecutive rows

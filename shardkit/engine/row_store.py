@@ -56,7 +56,7 @@ STORE_VERSION = 2  # 2: segment lengths and each row's longest (1: segment start
 BLOCK_BYTES = 4 << 20
 _KEEP_MAPPED = 8  # shard mappings the build holds at once
 ROW_FILES = ("tokens", "pos", "mask")  # the row files, numbered so by `RowStore.check`
-ALL_ROW_FILES = (0, 1, 2)
+ALL_ROW_FILES = tuple(range(len(ROW_FILES)))
 _SEG_FILES = ("seg", "seg_ptr", "seg_max")
 _SMALL_FILES = (*_SEG_FILES, "sums")
 

@@ -1,7 +1,7 @@
 """The fuzz harnesses run: every committed corpus input replays cleanly, and each atheris target fuzzes briefly.
 
 The replay is the regression test of every crash input kept in fuzz/corpus/ (files named `regress-*`);
-the atheris pass (2 s per target, each in its own process, two at a time: about 45 s in all, most of it
+the atheris pass (2 s per target, each in its own process, two at a time: about 50 s in all, most of it
 importing) proves each harness still starts and finds no crash in its first few thousand inputs. Longer
 runs: `python fuzz/run.py --seconds 120`.
 """
